@@ -1,0 +1,289 @@
+package core
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// Errors returned when a struct cannot describe a resource.
+var (
+	ErrNoPrimaryKey    = errors.New("no field is tagged as primary key (tide:\"column,pk\")")
+	ErrUnsupportedType = errors.New("unsupported field type")
+	ErrBadTag          = errors.New("invalid tide struct tag")
+)
+
+var (
+	timeType    = reflect.TypeFor[time.Time]()
+	rawJSONType = reflect.TypeFor[json.RawMessage]()
+)
+
+// fieldCodec reads and writes one column of a struct.
+type fieldCodec struct {
+	field int // index of the struct field
+	col   feed.Column
+	// isPtr: the field is a pointer to the column's Go type (a nullable column).
+	isPtr bool
+}
+
+// codec maps a struct type to its columns and converts values to JSON rows
+// and canonical key and scope text.
+type codec struct {
+	typ    reflect.Type
+	fields []fieldCodec
+	key    int   // index in fields of the primary key
+	scope  []int // indexes in fields of scope columns
+}
+
+var codecs sync.Map // reflect.Type → *codec or error
+
+// codecFor returns the (cached) codec of struct type t.
+func codecFor(t reflect.Type) (*codec, error) {
+	if v, ok := codecs.Load(t); ok {
+		if err, isErr := v.(error); isErr {
+			return nil, err
+		}
+		return v.(*codec), nil
+	}
+	c, err := buildCodec(t)
+	if err != nil {
+		codecs.Store(t, err)
+		return nil, err
+	}
+	v, _ := codecs.LoadOrStore(t, c)
+	return v.(*codec), nil
+}
+
+func buildCodec(t reflect.Type) (*codec, error) {
+	if t.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%w: %s is not a struct", ErrUnsupportedType, t)
+	}
+	c := &codec{typ: t, key: -1}
+	seen := map[string]string{}
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		tag, ok := sf.Tag.Lookup("tide")
+		if !ok {
+			continue
+		}
+		spec, err := parseTag(tag)
+		if err != nil {
+			return nil, fmt.Errorf("%w: field %s: %v", ErrBadTag, sf.Name, err)
+		}
+		if spec.Skip {
+			continue
+		}
+		if !sf.IsExported() {
+			return nil, fmt.Errorf("%w: field %s is tagged but not exported", ErrBadTag, sf.Name)
+		}
+		if prev, dup := seen[spec.Column]; dup {
+			return nil, fmt.Errorf("%w: column %q is declared by fields %s and %s", ErrBadTag, spec.Column, prev, sf.Name)
+		}
+		seen[spec.Column] = sf.Name
+		kind, isPtr, err := kindOf(sf.Type)
+		if err != nil {
+			return nil, fmt.Errorf("field %s: %w", sf.Name, err)
+		}
+		fc := fieldCodec{field: i, col: feed.Column{Name: spec.Column, Kind: kind, Nullable: isPtr}, isPtr: isPtr}
+		if (spec.PK || spec.Scope) && (isPtr || !kind.Keyable()) {
+			what := "scope"
+			if spec.PK {
+				what = "primary key"
+			}
+			return nil, fmt.Errorf("%w: field %s: a %s column must be a string, integer or bool, not %s", ErrUnsupportedType, sf.Name, what, sf.Type)
+		}
+		if spec.PK {
+			if c.key >= 0 {
+				return nil, fmt.Errorf("%w: fields %s and %s are both tagged pk; composite keys are not supported", ErrBadTag, c.fields[c.key].col.Name, spec.Column)
+			}
+			c.key = len(c.fields)
+		}
+		if spec.Scope {
+			c.scope = append(c.scope, len(c.fields))
+		}
+		c.fields = append(c.fields, fc)
+	}
+	if c.key < 0 {
+		return nil, fmt.Errorf("%s: %w", t, ErrNoPrimaryKey)
+	}
+	return c, nil
+}
+
+// kindOf maps a field type to a column kind.
+func kindOf(t reflect.Type) (feed.Kind, bool, error) {
+	isPtr := false
+	if t.Kind() == reflect.Pointer {
+		isPtr = true
+		t = t.Elem()
+	}
+	switch {
+	case t == timeType:
+		return feed.KindTime, isPtr, nil
+	case t == rawJSONType && !isPtr:
+		return feed.KindJSON, false, nil
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 && !isPtr:
+		return feed.KindBytes, false, nil
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return feed.KindString, isPtr, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return feed.KindInt, isPtr, nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return feed.KindUint, isPtr, nil
+	case reflect.Float32, reflect.Float64:
+		return feed.KindFloat, isPtr, nil
+	case reflect.Bool:
+		return feed.KindBool, isPtr, nil
+	}
+	return 0, false, fmt.Errorf("%w %s (want string, bool, integer, float, time.Time, []byte, json.RawMessage, or a pointer to a scalar for a nullable column)", ErrUnsupportedType, t)
+}
+
+// schema builds the feed schema of a resource backed by this codec.
+func (c *codec) schema(name, table string) *feed.Schema {
+	s := &feed.Schema{Name: name, Table: table, Key: c.key, Scope: c.scope}
+	for _, f := range c.fields {
+		s.Columns = append(s.Columns, f.col)
+	}
+	return s
+}
+
+// keyText returns the canonical text of a keyable field value.
+func keyText(v reflect.Value) string {
+	switch v.Kind() {
+	case reflect.String:
+		return v.String()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(v.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return strconv.FormatUint(v.Uint(), 10)
+	case reflect.Bool:
+		return strconv.FormatBool(v.Bool())
+	}
+	panic("tide: keyText of a non-keyable kind") // excluded by buildCodec
+}
+
+// encode returns the row's key, scope values and JSON object.
+func (c *codec) encode(v reflect.Value) (key string, scope []string, row []byte, err error) {
+	key = keyText(v.Field(c.fields[c.key].field))
+	scope = make([]string, len(c.scope))
+	for i, fi := range c.scope {
+		scope[i] = keyText(v.Field(c.fields[fi].field))
+	}
+	row = append(make([]byte, 0, 64*len(c.fields)), '{')
+	for i, f := range c.fields {
+		if i > 0 {
+			row = append(row, ',')
+		}
+		row = appendJSONString(row, f.col.Name)
+		row = append(row, ':')
+		if row, err = appendValue(row, f, v.Field(f.field)); err != nil {
+			return "", nil, nil, fmt.Errorf("column %s: %w", f.col.Name, err)
+		}
+	}
+	return key, scope, append(row, '}'), nil
+}
+
+func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
+	if f.isPtr {
+		if v.IsNil() {
+			return append(b, "null"...), nil
+		}
+		v = v.Elem()
+	}
+	switch f.col.Kind {
+	case feed.KindString:
+		return appendJSONString(b, v.String()), nil
+	case feed.KindInt:
+		return strconv.AppendInt(b, v.Int(), 10), nil
+	case feed.KindUint:
+		return strconv.AppendUint(b, v.Uint(), 10), nil
+	case feed.KindBool:
+		return strconv.AppendBool(b, v.Bool()), nil
+	case feed.KindFloat:
+		x := v.Float()
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("%v cannot be encoded as JSON", x)
+		}
+		out, err := json.Marshal(v.Interface())
+		return append(b, out...), err
+	case feed.KindTime:
+		t := v.Interface().(time.Time)
+		if y := t.Year(); y < 0 || y > 9999 {
+			return nil, fmt.Errorf("year %d is outside [0,9999]", y)
+		}
+		b = append(b, '"')
+		b = t.AppendFormat(b, time.RFC3339Nano)
+		return append(b, '"'), nil
+	case feed.KindBytes:
+		if v.IsNil() {
+			return append(b, "null"...), nil
+		}
+		b = append(b, '"')
+		b = base64.StdEncoding.AppendEncode(b, v.Bytes())
+		return append(b, '"'), nil
+	case feed.KindJSON:
+		raw := v.Bytes()
+		if len(raw) == 0 {
+			return append(b, "null"...), nil
+		}
+		if !json.Valid(raw) {
+			return nil, errors.New("json.RawMessage holds invalid JSON")
+		}
+		return append(b, raw...), nil
+	}
+	return nil, fmt.Errorf("%w: kind %s", ErrUnsupportedType, f.col.Kind)
+}
+
+// decode fills the struct v from a JSON row. Columns missing from the row
+// keep their zero value; unknown keys are ignored.
+func (c *codec) decode(row []byte, v reflect.Value) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(row, &obj); err != nil {
+		return fmt.Errorf("tide: row is not a JSON object: %w", err)
+	}
+	if obj == nil {
+		return errors.New("tide: row is null")
+	}
+	for _, f := range c.fields {
+		raw, ok := obj[f.col.Name]
+		if !ok {
+			continue
+		}
+		if err := json.Unmarshal(raw, v.Field(f.field).Addr().Interface()); err != nil {
+			return fmt.Errorf("tide: column %s: %w", f.col.Name, err)
+		}
+	}
+	return nil
+}
+
+// DecodeRow decodes a JSON row, as carried by a changes frame, into a value
+// of struct type T using its tide tags. It is safe for concurrent use.
+func DecodeRow[T any](row json.RawMessage) (T, error) {
+	var out T
+	c, err := codecFor(reflect.TypeFor[T]())
+	if err != nil {
+		return out, err
+	}
+	err = c.decode(row, reflect.ValueOf(&out).Elem())
+	return out, err
+}
+
+// EncodeRow encodes a value of struct type T as tide puts it on the wire: its
+// primary key and the JSON object of its columns.
+func EncodeRow[T any](v T) (key string, row json.RawMessage, err error) {
+	c, err := codecFor(reflect.TypeFor[T]())
+	if err != nil {
+		return "", nil, err
+	}
+	key, _, row, err = c.encode(reflect.ValueOf(v))
+	return key, row, err
+}

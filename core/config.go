@@ -1,0 +1,144 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/feed"
+)
+
+// TokenVerifier turns the token a client sends in hello (or refresh) into a
+// principal. It returns an error wrapping authz.ErrUnauthenticated for a
+// token that is forged, expired or otherwise unusable. Expiry is the time
+// after which the engine asks the client to refresh, then closes the
+// connection; the zero time means the token does not expire.
+type TokenVerifier interface {
+	VerifyToken(ctx context.Context, token string) (p authz.Principal, expiry time.Time, err error)
+}
+
+// Config configures an Engine. The zero value is usable: every field documents
+// its zero-value default.
+type Config struct {
+	// Feed is the change feed. Zero value: a new in-memory feed (package
+	// memfeed), suitable for demos and tests; its changes do not survive a
+	// restart.
+	Feed feed.Feed
+
+	// BuildID identifies the server build. A client whose hello carries a
+	// different build id gets an update-available frame. Zero value: "" (no
+	// version-skew check).
+	BuildID string
+
+	// PageSize is the number of changes per replay or snapshot page when the
+	// client asks for no limit. Zero value means 1000.
+	PageSize int
+	// MaxPageSize caps the page size a client may ask for. Zero value means
+	// 10000.
+	MaxPageSize int
+
+	// SendBuffer bounds the bytes queued for one connection. A live change
+	// that does not fit is dropped and its subscription re-replayed from its
+	// delivered cursor once the socket drains. Zero value means 1 MiB.
+	SendBuffer int
+	// MaxDrops is the number of dropped live changes after which a
+	// connection is closed with 1013. Zero value means 32.
+	MaxDrops int
+	// CatchUpBuffer is the number of live changes a subscription buffers
+	// while it replays; past it the buffer is discarded and the replay runs
+	// another round. Zero value means 4096.
+	CatchUpBuffer int
+
+	// MaxFrameBytes bounds a client frame. Zero value means 64 KiB.
+	MaxFrameBytes int
+	// MaxSubscriptions bounds the subscriptions of one connection. Zero
+	// value means 256.
+	MaxSubscriptions int
+	// MaxConditions bounds the conditions of one subscription. Zero value
+	// means 8.
+	MaxConditions int
+	// MaxConditionValues bounds the values across all conditions of one
+	// subscription ("in" lists included). Zero value means 256.
+	MaxConditionValues int
+
+	// HelloTimeout is how long a new connection may take to send hello.
+	// Zero value means 10 s.
+	HelloTimeout time.Duration
+	// IdleTimeout closes a connection (4001) that sent nothing, not even a
+	// pong, for this long. Zero value means 120 s.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds one socket write. Zero value means 10 s.
+	WriteTimeout time.Duration
+
+	// Tokens verifies hello and refresh tokens. Zero value: tokens are not
+	// accepted, and a hello carrying one is refused as unauthenticated.
+	Tokens TokenVerifier
+
+	// Logger receives operational events. Zero value: slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+// It does not create the default feed; New does.
+func (c Config) WithDefaults() Config {
+	setInt := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setInt(&c.PageSize, 1000)
+	setInt(&c.MaxPageSize, 10000)
+	setInt(&c.SendBuffer, 1<<20)
+	setInt(&c.MaxDrops, 32)
+	setInt(&c.CatchUpBuffer, 4096)
+	setInt(&c.MaxFrameBytes, 64<<10)
+	setInt(&c.MaxSubscriptions, 256)
+	setInt(&c.MaxConditions, 8)
+	setInt(&c.MaxConditionValues, 256)
+	setDur(&c.HelloTimeout, 10*time.Second)
+	setDur(&c.IdleTimeout, 120*time.Second)
+	setDur(&c.WriteTimeout, 10*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	positive := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", name, v))
+		}
+	}
+	positive("PageSize", c.PageSize)
+	positive("MaxPageSize", c.MaxPageSize)
+	positive("SendBuffer", c.SendBuffer)
+	positive("MaxDrops", c.MaxDrops)
+	positive("CatchUpBuffer", c.CatchUpBuffer)
+	positive("MaxFrameBytes", c.MaxFrameBytes)
+	positive("MaxSubscriptions", c.MaxSubscriptions)
+	positive("MaxConditions", c.MaxConditions)
+	positive("MaxConditionValues", c.MaxConditionValues)
+	if c.PageSize > c.MaxPageSize {
+		errs = append(errs, fmt.Errorf("PageSize %d exceeds MaxPageSize %d", c.PageSize, c.MaxPageSize))
+	}
+	if c.HelloTimeout < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 {
+		errs = append(errs, errors.New("timeouts must not be negative"))
+	}
+	if err := checkText("BuildID", c.BuildID, maxBuildLen); err != nil {
+		errs = append(errs, errors.New(err.Message))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("tide: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}

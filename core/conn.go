@@ -1,0 +1,374 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/feed"
+)
+
+// closeGrace is how long a closing connection waits for the peer's close
+// reply before the TCP connection is cut.
+const closeGrace = 2 * time.Second
+
+// conn is one WebSocket connection. Its reader goroutine owns the
+// connection's lifetime: it reads and handles client frames and tears the
+// connection down when reading ends. Writes go through the outbound queue
+// (outbound.go), drained by a writer goroutine that runs only while there is
+// something to write.
+type conn struct {
+	e  *Engine
+	ws *websocket.Conn
+
+	// Set by the reader goroutine before any subscription exists; read-only
+	// afterwards.
+	principal authz.Principal
+	origin    string
+	build     string
+	helloDone bool
+
+	mu       sync.Mutex
+	subs     map[string]*subscription
+	out      outbound // guarded by mu
+	closing  bool     // a close frame is being sent; nothing else is queued
+	killOnce sync.Once
+}
+
+// Accept takes over an upgraded WebSocket connection for a caller the app
+// identified as p (authz.Anonymous if none; a hello token may replace it).
+// It returns at once; the engine serves the connection until it closes. If
+// the engine is draining, the connection is closed with 4002 and ErrDraining
+// is returned.
+func (e *Engine) Accept(ws *websocket.Conn, p authz.Principal) error {
+	e.start()
+	c := &conn{e: e, ws: ws, principal: p, subs: map[string]*subscription{}}
+	c.out.init(e.cfg.SendBuffer)
+	e.mu.Lock()
+	if e.draining {
+		e.mu.Unlock()
+		deadline := time.Now().Add(time.Second)
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseDrain, "server draining"), deadline)
+		_ = ws.Close()
+		return ErrDraining
+	}
+	e.conns[c] = struct{}{}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	e.stats.connections.Add(1)
+	go c.readLoop()
+	return nil
+}
+
+func (c *conn) readLoop() {
+	defer c.e.wg.Done()
+	defer c.teardown()
+	cfg := &c.e.cfg
+	c.ws.SetReadLimit(-1) // frame size is enforced below, with an error frame instead of a close
+	_ = c.ws.SetReadDeadline(time.Now().Add(cfg.HelloTimeout))
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
+	})
+	buf := make([]byte, 0, 512)
+	for {
+		mt, r, err := c.ws.NextReader()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !c.isClosing() {
+				c.closeWith(CloseIdle, "idle timeout")
+			}
+			return
+		}
+		var tooBig bool
+		buf, tooBig, err = readFrame(r, buf[:0], cfg.MaxFrameBytes)
+		if err != nil {
+			return
+		}
+		if c.helloDone {
+			_ = c.ws.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
+		}
+		switch {
+		case c.isEnding():
+			// Draining the peer's frames until its close reply arrives.
+		case tooBig:
+			c.sendError("", errorf(CodeFrameTooLarge, "frames are limited to %d bytes", cfg.MaxFrameBytes))
+		case mt != websocket.TextMessage:
+			c.sendError("", errorf(CodeBadFrame, "frames are JSON text messages"))
+		default:
+			c.handle(buf)
+		}
+		if cap(buf) > 64<<10 {
+			buf = make([]byte, 0, 512) // do not keep a large buffer for an idle connection
+		}
+	}
+}
+
+// readFrame reads one message into buf, up to max bytes. A longer message is
+// discarded, up to 16 times max (beyond that the connection is dropped),
+// and reported as tooBig.
+func readFrame(r io.Reader, buf []byte, max int) ([]byte, bool, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > max {
+			rest, derr := io.Copy(io.Discard, io.LimitReader(r, 16*int64(max)))
+			if derr != nil {
+				return buf[:0], true, derr
+			}
+			if rest == 16*int64(max) {
+				return buf[:0], true, errors.New("tide: frame far beyond the size limit")
+			}
+			return buf[:0], true, nil
+		}
+		if err == io.EOF {
+			return buf, false, nil
+		}
+		if err != nil {
+			return buf, false, err
+		}
+	}
+}
+
+// handle dispatches one client frame.
+func (c *conn) handle(data []byte) {
+	f, ferr := DecodeClientFrame(data)
+	if ferr != nil {
+		c.sendError(f.ID, ferr)
+		switch {
+		case ferr.Code == CodeUnsupportedVersion:
+			c.closeAfterFlush(CloseVersionSkew, "unsupported protocol version")
+		case !c.helloDone:
+			c.closeAfterFlush(ClosePolicy, "hello required")
+		}
+		return
+	}
+	if !c.helloDone && f.Type != FrameHello {
+		c.sendError(f.ID, errorf(CodeHelloRequired, "the first frame must be hello"))
+		c.closeAfterFlush(ClosePolicy, "hello required")
+		return
+	}
+	switch f.Type {
+	case FrameHello:
+		c.hello(f)
+	case FrameSubscribe:
+		c.subscribe(f)
+	case FrameUnsubscribe:
+		c.unsubscribe(f)
+	case FrameRefresh:
+		c.refresh(f)
+	}
+}
+
+func (c *conn) hello(f ClientFrame) {
+	if c.helloDone {
+		c.sendError("", errorf(CodeBadFrame, "hello was already sent"))
+		return
+	}
+	if f.Token != "" {
+		p, err := c.verifyToken(f.Token)
+		if err != nil {
+			c.sendError("", err)
+			c.closeAfterFlush(ClosePolicy, "unauthenticated")
+			return
+		}
+		c.principal = p
+	}
+	c.origin, c.build = f.Origin, f.Build
+	c.helloDone = true
+	_ = c.ws.SetReadDeadline(time.Now().Add(c.e.cfg.IdleTimeout))
+	cfg := &c.e.cfg
+	c.sendFrame(encodeWelcome(cfg.BuildID, cfg.MaxFrameBytes, cfg.MaxSubscriptions))
+	if cfg.BuildID != "" && f.Build != "" && f.Build != cfg.BuildID {
+		c.sendFrame(encodeUpdateAvailable(cfg.BuildID))
+	}
+}
+
+func (c *conn) verifyToken(token string) (authz.Principal, *Error) {
+	v := c.e.cfg.Tokens
+	if v == nil {
+		return authz.Anonymous, errorf(CodeUnauthenticated, "this server does not accept tokens")
+	}
+	ctx, cancel := context.WithTimeout(c.e.ctx, 10*time.Second)
+	defer cancel()
+	p, _, err := v.VerifyToken(ctx, token)
+	if err != nil {
+		return authz.Anonymous, errorf(CodeUnauthenticated, "invalid token: %v", err)
+	}
+	return p, nil
+}
+
+func (c *conn) refresh(f ClientFrame) {
+	p, err := c.verifyToken(f.Token)
+	if err != nil {
+		c.sendError("", err)
+		c.closeAfterFlush(ClosePolicy, "unauthenticated")
+		return
+	}
+	if p.ID != c.principal.ID {
+		c.sendError("", errorf(CodeForbidden, "a refreshed token must be for the same principal"))
+		c.closeAfterFlush(ClosePolicy, "principal changed")
+		return
+	}
+}
+
+func (c *conn) subscribe(f ClientFrame) {
+	e := c.e
+	res := e.resource(f.Resource)
+	if res == nil {
+		c.sendError(f.ID, errorf(CodeUnknownResource, "no resource %q", truncate(f.Resource, 64)))
+		return
+	}
+	scope, err := parseConditions(res.schema, f.Conditions, e.cfg.MaxConditions, e.cfg.MaxConditionValues)
+	if err != nil {
+		c.sendError(f.ID, err)
+		return
+	}
+	var cur Cursor
+	if f.Cursor != "" {
+		var perr error
+		if cur, perr = ParseCursor(f.Cursor); perr != nil {
+			c.sendError(f.ID, errorf(CodeInvalidCursor, "the cursor is not one this server issued"))
+			return
+		}
+	}
+	c.mu.Lock()
+	if _, dup := c.subs[f.ID]; dup {
+		c.mu.Unlock()
+		c.sendError(f.ID, errorf(CodeDuplicateSub, "subscription %q is already active", f.ID))
+		return
+	}
+	if len(c.subs) >= e.cfg.MaxSubscriptions {
+		c.mu.Unlock()
+		c.sendError(f.ID, errorf(CodeTooManySubscriptions, "at most %d subscriptions per connection", e.cfg.MaxSubscriptions))
+		return
+	}
+	s := newSubscription(c, f.ID, res, scope, e.normalizeLimit(f.Limit))
+	c.subs[f.ID] = s
+	e.wg.Add(1)
+	c.mu.Unlock()
+	e.stats.subscriptions.Add(1)
+	go s.start(cur, f.Cursor != "")
+}
+
+func (c *conn) unsubscribe(f ClientFrame) {
+	c.mu.Lock()
+	s := c.subs[f.ID]
+	c.mu.Unlock()
+	if s == nil {
+		c.sendError(f.ID, errorf(CodeUnknownSub, "no subscription %q", f.ID))
+		return
+	}
+	c.dropSub(s)
+}
+
+// dropSub ends a subscription and forgets it.
+func (c *conn) dropSub(s *subscription) {
+	c.mu.Lock()
+	if c.subs[s.id] == s {
+		delete(c.subs, s.id)
+		c.e.stats.subscriptions.Add(-1)
+	}
+	c.mu.Unlock()
+	s.close()
+}
+
+// failSub reports err for a subscription and ends it.
+func (c *conn) failSub(s *subscription, err error) {
+	te := ErrorFor(err)
+	if te.Code == CodeUnavailable {
+		c.e.cfg.Logger.Error("tide: subscription failed", "resource", s.scope.Schema.Name, "scope", s.scope.Key(), "err", err)
+	}
+	c.dropSub(s)
+	c.sendError(s.id, te)
+}
+
+func (c *conn) sendError(id string, err *Error) { c.sendFrame(encodeError(id, err)) }
+
+func (c *conn) isClosing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// isEnding reports whether a close is sent or queued: the reader then
+// ignores the peer's frames.
+func (c *conn) isEnding() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing || c.out.closeQueued
+}
+
+// closeWith starts the close handshake: it discards queued frames, sends a
+// close frame with code, and gives the peer closeGrace to answer before the
+// reader gives up. Only the first call has an effect.
+func (c *conn) closeWith(code int, reason string) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	c.out.discard()
+	c.mu.Unlock()
+	deadline := time.Now().Add(time.Second)
+	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline); err != nil {
+		c.kill()
+		return
+	}
+	_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
+}
+
+// kill cuts the TCP connection; the reader then tears everything down.
+func (c *conn) kill() {
+	c.killOnce.Do(func() { _ = c.ws.NetConn().Close() })
+}
+
+// teardown runs when the reader ends: every subscription ends and the engine
+// forgets the connection.
+func (c *conn) teardown() {
+	c.mu.Lock()
+	c.closing = true
+	c.out.discard()
+	subs := make([]*subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	n := len(c.subs)
+	c.subs = map[string]*subscription{}
+	c.mu.Unlock()
+	c.e.stats.subscriptions.Add(int64(-n))
+	for _, s := range subs {
+		s.close()
+	}
+	c.kill()
+	c.e.mu.Lock()
+	delete(c.e.conns, c)
+	c.e.mu.Unlock()
+	c.e.stats.connections.Add(-1)
+}
+
+// normalizeLimit turns a client's page limit into the one used: zero means
+// the default page size, anything above the maximum is capped.
+func (e *Engine) normalizeLimit(limit int) int {
+	switch {
+	case limit <= 0:
+		return e.cfg.PageSize
+	case limit > e.cfg.MaxPageSize:
+		return e.cfg.MaxPageSize
+	}
+	return limit
+}
+
+// cursorString encodes a change cursor of this engine's feed.
+func (e *Engine) cursorString(pos feed.Position) string {
+	return Cursor{Epoch: e.epoch, Pos: pos}.String()
+}

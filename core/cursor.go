@@ -1,0 +1,97 @@
+package core
+
+import (
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// Cursor is the decoded form of the opaque cursor string a client stores and
+// sends back. A change cursor says "every change of the scope up to Pos has
+// been delivered". A snapshot cursor is handed out while a snapshot is being
+// paged: the rows with keys up to After have been delivered, and once the
+// snapshot ends, replay continues from Pos (the position of its first page).
+//
+// Clients never parse cursors; the Go client compares them only to enforce
+// that its applied cursor never moves backwards.
+type Cursor struct {
+	Epoch    string        // the feed's epoch; a cursor of another epoch is unusable
+	Pos      feed.Position // replay resumes after this position
+	Snapshot bool          // a snapshot is in progress
+	After    string        // snapshot cursors: key of the last row delivered
+}
+
+// maxCursorLen bounds a cursor string so a hostile one costs nothing to reject.
+const maxCursorLen = 1024
+
+// ErrBadCursor reports a cursor string that is not one tide produced.
+var ErrBadCursor = errors.New("tide: malformed cursor")
+
+// String encodes the cursor: "1.<epoch>.<pos>" for a change cursor,
+// "1s.<epoch>.<pos>.<base64url key>" for a snapshot cursor.
+func (c Cursor) String() string {
+	var b []byte
+	if c.Snapshot {
+		b = append(b, "1s."...)
+	} else {
+		b = append(b, "1."...)
+	}
+	b = append(b, c.Epoch...)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, uint64(c.Pos), 10)
+	if c.Snapshot {
+		b = append(b, '.')
+		b = base64.RawURLEncoding.AppendEncode(b, []byte(c.After))
+	}
+	return string(b)
+}
+
+// ParseCursor decodes a cursor string. The empty string is not a cursor;
+// callers treat it as "no cursor" before calling ParseCursor.
+func ParseCursor(s string) (Cursor, error) {
+	if s == "" || len(s) > maxCursorLen {
+		return Cursor{}, ErrBadCursor
+	}
+	parts := strings.Split(s, ".")
+	var c Cursor
+	switch {
+	case parts[0] == "1" && len(parts) == 3:
+	case parts[0] == "1s" && len(parts) == 4:
+		c.Snapshot = true
+		key, err := base64.RawURLEncoding.Strict().DecodeString(parts[3])
+		if err != nil {
+			return Cursor{}, ErrBadCursor
+		}
+		c.After = string(key)
+	default:
+		return Cursor{}, ErrBadCursor
+	}
+	if !validEpoch(parts[1]) {
+		return Cursor{}, ErrBadCursor
+	}
+	c.Epoch = parts[1]
+	pos, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil || (len(parts[2]) > 1 && parts[2][0] == '0') {
+		return Cursor{}, ErrBadCursor
+	}
+	c.Pos = feed.Position(pos)
+	return c, nil
+}
+
+// validEpoch accepts the epochs feeds produce: 1 to 64 ASCII letters, digits,
+// '-' or '_'.
+func validEpoch(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,314 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/memfeed"
+)
+
+// Engine is tide's server side: the resource registry, the tailer that reads
+// the feed in commit order, the fan-out that matches each change to the
+// subscriptions of its scope, and the connections. Create it with New,
+// register resources, then serve it through package middleware.
+//
+// The engine's background work (one tailer) starts once, the first time a
+// connection or poll needs it, however many handlers or servers use the
+// engine. An Engine is safe for concurrent use.
+type Engine struct {
+	cfg    Config
+	feed   feed.Feed
+	epoch  string
+	hub    *hub
+	ctx    context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
+
+	mu        sync.RWMutex
+	resources map[string]*resource
+	conns     map[*conn]struct{}
+	draining  bool
+
+	startOnce sync.Once
+	ready     chan struct{} // closed once the tailer knows its start position
+	wg        sync.WaitGroup
+	stats     counters
+}
+
+// ErrDraining is returned once Shutdown has begun.
+var ErrDraining = &Error{Code: CodeDraining, Message: "the server is shutting down"}
+
+// New returns an engine for cfg. It validates the configuration and starts no
+// goroutines.
+func New(cfg Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	f := cfg.Feed
+	if f == nil {
+		f = memfeed.New(memfeed.Options{})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Engine{
+		cfg:       cfg,
+		feed:      f,
+		epoch:     f.Epoch(),
+		ctx:       ctx,
+		cancel:    cancel,
+		resources: map[string]*resource{},
+		conns:     map[*conn]struct{}{},
+		ready:     make(chan struct{}),
+	}
+	if !validEpoch(e.epoch) {
+		cancel()
+		return nil, fmt.Errorf("tide: feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
+	}
+	e.hub = newHub(e)
+	return e, nil
+}
+
+// Feed returns the engine's change feed.
+func (e *Engine) Feed() feed.Feed { return e.feed }
+
+// Config returns the engine's configuration with defaults applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Schemas returns the schemas of every registered resource, for feeds that
+// install capture for them (such as the Postgres feed's migration).
+func (e *Engine) Schemas() []*feed.Schema {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]*feed.Schema, 0, len(e.resources))
+	for _, r := range e.resources {
+		out = append(out, r.schema)
+	}
+	return out
+}
+
+func (e *Engine) addResource(r *resource) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.resources[r.schema.Name]; dup {
+		return fmt.Errorf("tide: register %s: %w", r.schema.Name, ErrDuplicateResource)
+	}
+	e.resources[r.schema.Name] = r
+	return nil
+}
+
+func (e *Engine) resource(name string) *resource {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.resources[name]
+}
+
+// start launches the tailer exactly once per engine.
+func (e *Engine) start() {
+	e.startOnce.Do(func() {
+		e.stats.tailStarts.Add(1)
+		e.wg.Add(2)
+		go e.tailLoop()
+		go e.pingLoop()
+	})
+}
+
+// pingLoop asks every connection to ping its peer a few times per idle
+// timeout; a peer that never answers is swept by its read deadline (4001).
+// One ticker serves all connections so an idle connection owns no timer.
+func (e *Engine) pingLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.IdleTimeout / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+		}
+		e.mu.RLock()
+		for c := range e.conns {
+			c.requestPing()
+		}
+		e.mu.RUnlock()
+	}
+}
+
+// awaitReady waits until the tailer has fixed its start position, so that
+// every subscription registered afterwards sees every later change.
+func (e *Engine) awaitReady(ctx context.Context) error {
+	e.start()
+	select {
+	case <-e.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// tailLoop reads the feed in position order and hands each batch to the hub.
+// It is the only dispatcher, so changes reach subscriptions in order.
+func (e *Engine) tailLoop() {
+	defer e.wg.Done()
+	ctx := e.ctx
+	var pos feed.Position
+	for attempt := 0; ; attempt++ {
+		var err error
+		if pos, err = e.feed.Head(ctx); err == nil {
+			break
+		}
+		if !e.backoff(ctx, attempt, "head", err) {
+			return
+		}
+	}
+	close(e.ready)
+	const batch = 1024
+	for attempt := 0; ; {
+		changes, err := e.feed.Tail(ctx, pos, batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, feed.ErrCursorExpired) {
+				// The tailer fell behind retention: everyone resyncs from
+				// their own cursor, which yields a reset where needed.
+				head, herr := e.feed.Head(ctx)
+				if herr == nil {
+					e.cfg.Logger.Warn("tide: tailer fell behind the retained change log; resyncing every subscription", "pos", pos, "head", head)
+					pos = head
+					e.hub.desyncAll()
+					continue
+				}
+				err = herr
+			}
+			if !e.backoff(ctx, attempt, "tail", err) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		if len(changes) == 0 {
+			continue
+		}
+		e.hub.dispatch(changes)
+		pos = changes[len(changes)-1].Pos
+		e.stats.tailBatches.Add(1)
+	}
+}
+
+// backoff logs err and waits a jittered, exponentially growing delay
+// (capped at 5 s). It reports false if ctx ended.
+func (e *Engine) backoff(ctx context.Context, attempt int, what string, err error) bool {
+	e.cfg.Logger.Error("tide: feed "+what+" failed; retrying", "err", err, "attempt", attempt)
+	return sleepCtx(ctx, fullJitter(attempt, 50*time.Millisecond, 5*time.Second))
+}
+
+// fullJitter returns a random delay in [0, min(max, base·2^attempt)).
+func fullJitter(attempt int, base, max time.Duration) time.Duration {
+	d := max
+	if attempt < 30 && base<<attempt < max {
+		d = base << attempt
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Draining reports whether Shutdown has begun.
+func (e *Engine) Draining() bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.draining
+}
+
+// Shutdown stops accepting connections, closes every open connection with
+// close code 4002 (drain: reconnect, possibly to another node), stops the
+// tailer and waits for every goroutine the engine started. If ctx ends
+// first, remaining connections are cut and Shutdown returns ctx's error once
+// they are gone. It is safe to call more than once.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.draining = true
+	conns := make([]*conn, 0, len(e.conns))
+	for c := range e.conns {
+		conns = append(conns, c)
+	}
+	e.mu.Unlock()
+	for _, c := range conns {
+		c.closeWith(CloseDrain, "server draining")
+	}
+	e.cancel()
+	done := make(chan struct{})
+	go func() {
+		e.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		e.mu.RLock()
+		for c := range e.conns {
+			c.kill()
+		}
+		e.mu.RUnlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// counters are the engine's operational counters.
+type counters struct {
+	tailStarts      atomic.Int64
+	tailBatches     atomic.Int64
+	connections     atomic.Int64
+	subscriptions   atomic.Int64
+	replayQueries   atomic.Int64
+	snapshotQueries atomic.Int64
+	delivered       atomic.Int64
+	dropped         atomic.Int64
+	resets          atomic.Int64
+}
+
+// Stats is a snapshot of an engine's counters.
+type Stats struct {
+	TailStarts      int64 // times the tailer started: 1 once serving, however often servers start
+	TailBatches     int64 // batches read by the tailer
+	Connections     int64 // open WebSocket connections
+	Subscriptions   int64 // active subscriptions
+	ReplayQueries   int64 // replay pages read from the feed
+	SnapshotQueries int64 // snapshot pages read from the feed
+	Delivered       int64 // live entries queued to sockets
+	Dropped         int64 // live entries dropped for backpressure
+	Resets          int64 // reset frames sent
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	s := &e.stats
+	return Stats{
+		TailStarts:      s.tailStarts.Load(),
+		TailBatches:     s.tailBatches.Load(),
+		Connections:     s.connections.Load(),
+		Subscriptions:   s.subscriptions.Load(),
+		ReplayQueries:   s.replayQueries.Load(),
+		SnapshotQueries: s.snapshotQueries.Load(),
+		Delivered:       s.delivered.Load(),
+		Dropped:         s.dropped.Load(),
+		Resets:          s.resets.Load(),
+	}
+}

@@ -1,0 +1,139 @@
+package feed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Position is a point in a feed's commit order. Zero is the beginning of the
+// feed, before any change.
+type Position uint64
+
+// Op is the kind of a change.
+type Op uint8
+
+// Change operations.
+const (
+	OpUpsert Op = iota + 1 // the row exists with this content in this scope
+	OpDelete               // the row no longer exists in this scope (a tombstone)
+)
+
+// String returns "upsert" or "delete", the names used on the wire.
+func (o Op) String() string {
+	switch o {
+	case OpUpsert:
+		return "upsert"
+	case OpDelete:
+		return "delete"
+	}
+	return "invalid"
+}
+
+// Change is one row upsert or delete of a resource at a position.
+//
+// Changes are shared between the tailer and every subscription they reach, so
+// they must not be modified once a feed has returned them.
+type Change struct {
+	Pos      Position
+	Resource string // Schema.Name
+	Op       Op
+	Key      string   // canonical text of the primary key
+	Scope    []string // canonical text of the scope columns, in Schema.Scope order
+	// Row is the row as a JSON object keyed by column name: the new row for
+	// an upsert, the old row for a delete. Row filters read it; a delete is
+	// sent to clients without it.
+	Row    json.RawMessage
+	Origin string // origin of the writer, "" if none was set
+}
+
+// Mutation is one write of a Writer.
+type Mutation struct {
+	Schema *Schema
+	Op     Op
+	Key    string          // canonical text of the primary key
+	Scope  []string        // scope values of the new row (upserts only; must agree with Row)
+	Row    json.RawMessage // the new row as a JSON object with every column (upserts only)
+}
+
+// ReplayQuery asks for the changes of one scope in (After, Until].
+type ReplayQuery struct {
+	Scope Scope
+	After Position // exclusive lower bound: the subscriber's cursor
+	Until Position // inclusive upper bound: the high-water pinned for this replay
+	Limit int      // maximum number of changes; must be positive
+}
+
+// SnapshotQuery asks for one page of a scope's current rows in key order.
+type SnapshotQuery struct {
+	Scope Scope
+	// After is the key of the last row of the previous page; it is used only
+	// when HasAfter is set, since "" is a valid key.
+	After    string
+	HasAfter bool
+	Limit    int // maximum number of rows; must be positive
+}
+
+// SnapshotPage is one page of a snapshot: rows as upsert changes, all
+// consistent with the change log at Pos (every change at or below Pos is
+// reflected, none above it).
+type SnapshotPage struct {
+	Rows []Change
+	Pos  Position
+}
+
+// Feed is a commit-ordered change log. Implementations must be safe for
+// concurrent use; every method honours ctx.
+type Feed interface {
+	// Epoch identifies this log. Cursors carry it, so a cursor from another
+	// log (another database, or an in-memory feed before a restart) is
+	// recognised as unusable instead of being misread.
+	Epoch() string
+
+	// Head returns the newest position at or below which every change is
+	// readable: 0 for a fresh feed. It never decreases. It need not be the
+	// position of a change (positions may have gaps).
+	Head(ctx context.Context) (Position, error)
+
+	// Tail blocks until at least one change after `after` is readable, then
+	// returns up to limit (positive) of them in position order, across all
+	// resources.
+	// It returns ErrCursorExpired if `after` is older than what is retained.
+	Tail(ctx context.Context, after Position, limit int) ([]Change, error)
+
+	// Replay returns up to q.Limit changes of q.Scope with q.After < Pos <=
+	// q.Until, in position order. A result shorter than q.Limit means there
+	// are no more. It returns ErrCursorExpired if q.After is older than what
+	// is retained.
+	Replay(ctx context.Context, q ReplayQuery) ([]Change, error)
+
+	// Snapshot returns up to q.Limit of the scope's current rows with keys
+	// after q.After, in the feed's key order, consistent at the page's Pos.
+	// A page shorter than q.Limit is the last. The key order is the feed's
+	// choice (bytewise for memfeed, the column type's order for Postgres)
+	// but must be total and the same for sorting and for the After
+	// comparison, so that paging visits every row once. Rows carry the
+	// page's Pos and no origin.
+	Snapshot(ctx context.Context, q SnapshotQuery) (SnapshotPage, error)
+}
+
+// Writer is implemented by feeds that can write rows themselves. The
+// in-memory feed is written only through it; the Postgres feed also captures
+// the app's own SQL writes.
+type Writer interface {
+	// Apply writes the mutations atomically, in order, tagged with origin
+	// ("" for none). When Apply returns nil the changes are committed and
+	// Head covers them. Deleting a missing row is not an error and produces
+	// no change.
+	Apply(ctx context.Context, origin string, muts ...Mutation) error
+}
+
+// ErrInvalidMutation is wrapped by the error a Writer returns for a
+// mutation it refuses (no schema, no row for an upsert, a row that is not a
+// JSON object, scope values that do not match the schema). Nothing is
+// written.
+var ErrInvalidMutation = errors.New("feed: invalid mutation")
+
+// ErrCursorExpired means a position is older than what the feed retains: the
+// subscriber must drop its copy of the scope and take a fresh snapshot.
+var ErrCursorExpired = errors.New("feed: cursor is older than the retained change log")

@@ -1,0 +1,165 @@
+package core
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// hub indexes the live subscriptions by resource and scope and fans each
+// change out to them. Subscriptions with identical scopes share a group, so a
+// change is matched once per group, not once per subscriber, and encoded once
+// for everyone.
+//
+// Registration takes the write lock; dispatch holds the read lock for a whole
+// batch. A subscription registered between two batches therefore sees every
+// change of every later batch, which is what makes "register live interest,
+// then pin the replay high-water" gap-free.
+type hub struct {
+	e   *Engine
+	mu  sync.RWMutex
+	res map[string]*resIndex
+}
+
+// resIndex holds the groups of one resource. A group is indexed under the
+// values of its first condition's column; groups without conditions match
+// every change.
+type resIndex struct {
+	groups map[string]*group     // by scope key
+	all    []*group              // groups without conditions
+	byCol  []map[string][]*group // [scope column] value → groups whose first condition is on that column
+}
+
+type group struct {
+	scope feed.Scope
+	subs  []*subscription
+}
+
+func newHub(e *Engine) *hub { return &hub{e: e, res: map[string]*resIndex{}} }
+
+// add registers s under its scope.
+func (h *hub) add(s *subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	name := s.scope.Schema.Name
+	ri := h.res[name]
+	if ri == nil {
+		ri = &resIndex{groups: map[string]*group{}, byCol: make([]map[string][]*group, len(s.scope.Schema.Scope))}
+		h.res[name] = ri
+	}
+	g := ri.groups[s.scope.Key()]
+	if g == nil {
+		g = &group{scope: s.scope}
+		ri.groups[s.scope.Key()] = g
+		if len(g.scope.Conds) == 0 {
+			ri.all = append(ri.all, g)
+		} else {
+			c := g.scope.Conds[0]
+			if ri.byCol[c.Col] == nil {
+				ri.byCol[c.Col] = map[string][]*group{}
+			}
+			for _, v := range c.Values {
+				ri.byCol[c.Col][v] = append(ri.byCol[c.Col][v], g)
+			}
+		}
+	}
+	g.subs = append(g.subs, s)
+}
+
+// remove unregisters s; removing an unregistered subscription is a no-op.
+func (h *hub) remove(s *subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ri := h.res[s.scope.Schema.Name]
+	if ri == nil {
+		return
+	}
+	g := ri.groups[s.scope.Key()]
+	if g == nil {
+		return
+	}
+	i := slices.Index(g.subs, s)
+	if i < 0 {
+		return
+	}
+	last := len(g.subs) - 1
+	g.subs[i] = g.subs[last]
+	g.subs[last] = nil
+	g.subs = g.subs[:last]
+	if len(g.subs) > 0 {
+		return
+	}
+	delete(ri.groups, s.scope.Key())
+	if len(g.scope.Conds) == 0 {
+		ri.all = deleteGroup(ri.all, g)
+		return
+	}
+	c := g.scope.Conds[0]
+	for _, v := range c.Values {
+		if gs := deleteGroup(ri.byCol[c.Col][v], g); len(gs) > 0 {
+			ri.byCol[c.Col][v] = gs
+		} else {
+			delete(ri.byCol[c.Col], v)
+		}
+	}
+}
+
+func deleteGroup(gs []*group, g *group) []*group {
+	i := slices.Index(gs, g)
+	if i < 0 {
+		return gs
+	}
+	return slices.Delete(gs, i, i+1)
+}
+
+// dispatch fans a batch of changes, in position order, out to every matching
+// subscription.
+func (h *hub) dispatch(changes []feed.Change) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for i := range changes {
+		c := &changes[i]
+		ri := h.res[c.Resource]
+		if ri == nil {
+			continue
+		}
+		var enc *entryBytes // encoded lazily, once, if anyone matches
+		deliver := func(g *group) {
+			if !g.scope.Match(c.Scope) {
+				return
+			}
+			if enc == nil {
+				e := encodeEntries(c)
+				enc = &e
+			}
+			for _, s := range g.subs {
+				s.push(c, enc)
+			}
+		}
+		for _, g := range ri.all {
+			deliver(g)
+		}
+		for col, idx := range ri.byCol {
+			if idx == nil || col >= len(c.Scope) {
+				continue
+			}
+			for _, g := range idx[c.Scope[col]] {
+				deliver(g)
+			}
+		}
+	}
+}
+
+// desyncAll marks every subscription for a replay from its delivered cursor.
+func (h *hub) desyncAll() {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, ri := range h.res {
+		for _, g := range ri.groups {
+			for _, s := range g.subs {
+				s.desync()
+			}
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package core
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestDecodeClientFrame(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	tests := []struct {
+		name string
+		in   string
+		code Code // "" means valid
+	}{
+		{"hello", `{"v":1,"type":"hello","build":"b1","origin":"o1"}`, ""},
+		{"hello with token", `{"v":1,"type":"hello","token":"t"}`, ""},
+		{"subscribe", `{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7"},"cursor":"1.e.1","limit":10}`, ""},
+		{"unsubscribe", `{"v":1,"type":"unsubscribe","id":"s1"}`, ""},
+		{"refresh", `{"v":1,"type":"refresh","token":"t"}`, ""},
+		{"unknown fields ignored", `{"v":1,"type":"hello","future":[1,2]}`, ""},
+		{"empty", ``, CodeBadFrame},
+		{"not json", `hello`, CodeBadFrame},
+		{"array", `[1]`, CodeBadFrame},
+		{"truncated", `{"v":1,"type":"hel`, CodeBadFrame},
+		{"trailing garbage", `{"v":1,"type":"hello"}x`, CodeBadFrame},
+		{"missing v", `{"type":"hello"}`, CodeBadFrame},
+		{"v as string", `{"v":"1","type":"hello"}`, CodeBadFrame},
+		{"v2", `{"v":2,"type":"hello"}`, CodeUnsupportedVersion},
+		{"v negative", `{"v":-1,"type":"hello"}`, CodeUnsupportedVersion},
+		{"missing type", `{"v":1}`, CodeBadFrame},
+		{"unknown type", `{"v":1,"type":"explode"}`, CodeUnknownType},
+		{"type wrong kind", `{"v":1,"type":7}`, CodeBadFrame},
+		{"subscribe without id", `{"v":1,"type":"subscribe","resource":"todos"}`, CodeBadFrame},
+		{"subscribe without resource", `{"v":1,"type":"subscribe","id":"s"}`, CodeBadFrame},
+		{"subscribe id too long", `{"v":1,"type":"subscribe","id":"` + long + `","resource":"todos"}`, CodeBadFrame},
+		{"subscribe id control char", `{"v":1,"type":"subscribe","id":"a\nb","resource":"todos"}`, CodeBadFrame},
+		{"subscribe conditions not object", `{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":[1]}`, CodeBadFrame},
+		{"subscribe negative limit", `{"v":1,"type":"subscribe","id":"s","resource":"todos","limit":-1}`, CodeBadFrame},
+		{"subscribe fractional limit", `{"v":1,"type":"subscribe","id":"s","resource":"todos","limit":1.5}`, CodeBadFrame},
+		{"subscribe cursor too long", `{"v":1,"type":"subscribe","id":"s","resource":"todos","cursor":"` + strings.Repeat("c", 1100) + `"}`, CodeInvalidCursor},
+		{"unsubscribe without id", `{"v":1,"type":"unsubscribe"}`, CodeBadFrame},
+		{"refresh without token", `{"v":1,"type":"refresh"}`, CodeBadFrame},
+		{"hello build too long", `{"v":1,"type":"hello","build":"` + long + `"}`, CodeBadFrame},
+		{"hello token too long", `{"v":1,"type":"hello","token":"` + strings.Repeat("t", 9000) + `"}`, CodeBadFrame},
+		{"invalid utf8 id", "{\"v\":1,\"type\":\"unsubscribe\",\"id\":\"\xff\"}", ""}, // encoding/json replaces invalid UTF-8 with U+FFFD
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeClientFrame([]byte(tt.in))
+			switch {
+			case tt.code == "" && err != nil:
+				t.Fatalf("unexpected error %v", err)
+			case tt.code != "" && err == nil:
+				t.Fatalf("accepted, want %s", tt.code)
+			case tt.code != "" && err.Code != tt.code:
+				t.Fatalf("code %s (%s), want %s", err.Code, err.Message, tt.code)
+			}
+		})
+	}
+}
+
+func FuzzDecodeClientFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"type":"hello","build":"b","origin":"o","token":"t"}`,
+		`{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7","n":{"in":[1,2]}},"cursor":"1.e.5","limit":10}`,
+		`{"v":1,"type":"unsubscribe","id":"s1"}`,
+		`{"v":1,"type":"refresh","token":"x"}`,
+		`{"v":2}`, `{}`, `[]`, `null`, `{"v":1,"type":"subscribe","id":"\u0000"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fr, err := DecodeClientFrame(data)
+		if err != nil {
+			if err.Code == "" {
+				t.Fatal("error without code")
+			}
+			// An error frame for it must itself be valid JSON.
+			if !json.Valid(encodeError(fr.ID, err)) {
+				t.Fatalf("error frame for %q is not valid JSON", data)
+			}
+			return
+		}
+		if fr.V != ProtocolVersion {
+			t.Fatalf("accepted version %d", fr.V)
+		}
+		switch fr.Type {
+		case FrameSubscribe:
+			if fr.ID == "" || fr.Resource == "" || fr.Limit < 0 {
+				t.Fatalf("accepted incomplete subscribe %+v", fr)
+			}
+		case FrameUnsubscribe:
+			if fr.ID == "" {
+				t.Fatal("accepted unsubscribe without id")
+			}
+		case FrameHello, FrameRefresh:
+		default:
+			t.Fatalf("accepted type %q", fr.Type)
+		}
+	})
+}
+
+func FuzzDecodeServerFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"type":"welcome","build":"b","limits":{"max_frame_bytes":1,"max_subscriptions":2}}`,
+		`{"v":1,"type":"changes","id":"s","cursor":"1.e.2","entries":[{"op":"upsert","key":"k","row":{"a":1}},{"op":"delete","key":"j"}]}`,
+		`{"v":1,"type":"caught-up","id":"s","cursor":"1.e.2"}`,
+		`{"v":1,"type":"reset","id":"s","reason":"cursor_expired"}`,
+		`{"v":1,"type":"error","code":"forbidden","message":"no"}`,
+		`{"v":1,"type":"changes","id":"s","entries":[{"op":"upsert","key":"k"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fr, err := DecodeServerFrame(data)
+		if err != nil {
+			return
+		}
+		if fr.Type == FrameChanges {
+			for _, e := range fr.Entries {
+				if e.Op == "upsert" && len(e.Row) == 0 {
+					t.Fatal("accepted an upsert without a row")
+				}
+			}
+		}
+	})
+}
+
+func TestEncodedFramesAreValidJSON(t *testing.T) {
+	weird := "q\"\\\n\t\x01\xff\u2028<>&é"
+	frames := [][]byte{
+		encodeWelcome(weird, 1, 2),
+		encodeCaughtUp(weird, weird),
+		encodeReset(weird, weird),
+		encodeError(weird, &Error{Code: CodeForbidden, Message: weird}),
+		encodeError("", &Error{Code: CodeForbidden, Message: weird}),
+		encodeUpdateAvailable(weird),
+		encodeRefreshToken(30),
+		appendChangesEnd(append(appendChangesStart(nil, appendJSONString(nil, weird), weird), appendEntry(nil, "upsert", weird, json.RawMessage(`{"a":1}`), weird)...)),
+	}
+	for _, fr := range frames {
+		if !json.Valid(fr) {
+			t.Fatalf("invalid JSON: %s", fr)
+		}
+		got, err := DecodeServerFrame(fr)
+		if err != nil {
+			t.Fatalf("DecodeServerFrame(%s): %v", fr, err)
+		}
+		if got.V != ProtocolVersion {
+			t.Fatalf("frame without version: %s", fr)
+		}
+	}
+}
+
+func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{"", "plain", "q\"b\\s", "\x00\x1f\x7f", "\xff\xfe", "é漢字🙂", "\u2028\u2029", "<&>"} {
+		var back string
+		if err := json.Unmarshal(appendJSONString(nil, s), &back); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		want, _ := json.Marshal(s)
+		var wantBack string
+		_ = json.Unmarshal(want, &wantBack)
+		if back != wantBack {
+			t.Fatalf("%q decodes to %q, encoding/json gives %q", s, back, wantBack)
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/feed"
+)
+
+// Registration errors. Register wraps them with the resource and field at
+// fault; test for them with errors.Is.
+var (
+	ErrDuplicateResource = errors.New("resource already registered")
+	ErrInvalidResource   = errors.New("invalid resource")
+	// ErrNotWritable is returned by Table writes when the engine's feed does
+	// not implement feed.Writer.
+	ErrNotWritable = errors.New("the feed does not accept writes through tide")
+)
+
+// Resource declares a synced table backed by the struct type T. T's fields
+// tagged `tide:"column"` are its columns; exactly one is tagged
+// `tide:"column,pk"`, and any number `tide:"column,scope"` (the columns a
+// subscription's conditions may name):
+//
+//	type Todo struct {
+//		ID        string    `tide:"id,pk"`
+//		ProjectID string    `tide:"project_id,scope"`
+//		Title     string    `tide:"title"`
+//		UpdatedAt time.Time `tide:"updated_at"`
+//	}
+//
+// Supported field types: string, bool, signed and unsigned integers, floats,
+// time.Time, []byte, json.RawMessage, and pointers to the scalar types for
+// nullable columns. Primary key and scope columns are strings, integers or
+// bools and not pointers. Untagged fields are not synced.
+type Resource[T any] struct {
+	// Name is the resource's name on the wire. Zero value: the table name
+	// without its schema qualifier.
+	Name string
+	// Table is the table name, optionally schema-qualified ("app.todos").
+	// Required.
+	Table string
+	// Authorize decides who may subscribe to which scopes. Zero value:
+	// every subscription is refused (deny by default).
+	Authorize authz.Policy
+}
+
+// resource is the engine's untyped view of a registered resource.
+type resource struct {
+	schema *feed.Schema
+	codec  *codec
+	policy authz.Policy
+}
+
+// Table is a registered resource. Its write methods write through the
+// engine's feed when the feed accepts writes (the in-memory feed does; with
+// Postgres, apps usually write with their own SQL and tide captures it).
+// A Table is safe for concurrent use.
+type Table[T any] struct {
+	e   *Engine
+	res *resource
+}
+
+// Register declares a resource on the engine. It validates the struct and
+// returns an error wrapping ErrNoPrimaryKey, ErrBadTag, ErrUnsupportedType,
+// ErrInvalidResource or ErrDuplicateResource when the declaration is wrong.
+// Resources may be registered before or after the engine starts serving.
+func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
+	c, err := codecFor(reflect.TypeFor[T]())
+	if err != nil {
+		return nil, fmt.Errorf("tide: register %s: %w", r.Table, err)
+	}
+	if r.Table == "" {
+		return nil, fmt.Errorf("tide: register %s: %w: Table is required", reflect.TypeFor[T](), ErrInvalidResource)
+	}
+	for _, part := range strings.Split(r.Table, ".") {
+		if err := validIdent(part); err != nil {
+			return nil, fmt.Errorf("tide: register %s: %w: table: %v", r.Table, ErrInvalidResource, err)
+		}
+	}
+	if strings.Count(r.Table, ".") > 1 {
+		return nil, fmt.Errorf("tide: register %s: %w: table is schema.name at most", r.Table, ErrInvalidResource)
+	}
+	name := r.Name
+	if name == "" {
+		name = r.Table[strings.LastIndexByte(r.Table, '.')+1:]
+	}
+	if err := validIdent(name); err != nil {
+		return nil, fmt.Errorf("tide: register %s: %w: name: %v", r.Table, ErrInvalidResource, err)
+	}
+	res := &resource{schema: c.schema(name, r.Table), codec: c, policy: r.Authorize}
+	if err := e.addResource(res); err != nil {
+		return nil, err
+	}
+	return &Table[T]{e: e, res: res}, nil
+}
+
+// Name returns the resource's wire name.
+func (t *Table[T]) Name() string { return t.res.schema.Name }
+
+// Schema returns the resource's schema. It must not be modified.
+func (t *Table[T]) Schema() *feed.Schema { return t.res.schema }
+
+// Upsert writes rows atomically: each row is inserted, or replaces the row
+// with the same primary key. A row whose scope columns changed moves between
+// scopes (a delete for the old scope, an upsert for the new). The write
+// carries the origin from ctx (see WithOrigin). It returns ErrNotWritable if
+// the feed does not accept writes.
+func (t *Table[T]) Upsert(ctx context.Context, rows ...T) error {
+	muts := make([]feed.Mutation, len(rows))
+	for i, row := range rows {
+		key, scope, js, err := t.res.codec.encode(reflect.ValueOf(row))
+		if err != nil {
+			return fmt.Errorf("tide: upsert %s: %w", t.Name(), err)
+		}
+		muts[i] = feed.Mutation{Schema: t.res.schema, Op: feed.OpUpsert, Key: key, Scope: scope, Row: js}
+	}
+	return t.apply(ctx, muts)
+}
+
+// Delete deletes the rows with the primary keys of rows atomically; other
+// fields are ignored. Deleting a missing row is not an error.
+func (t *Table[T]) Delete(ctx context.Context, rows ...T) error {
+	muts := make([]feed.Mutation, len(rows))
+	for i, row := range rows {
+		key := keyText(reflect.ValueOf(row).Field(t.res.codec.fields[t.res.codec.key].field))
+		muts[i] = feed.Mutation{Schema: t.res.schema, Op: feed.OpDelete, Key: key}
+	}
+	return t.apply(ctx, muts)
+}
+
+func (t *Table[T]) apply(ctx context.Context, muts []feed.Mutation) error {
+	w, ok := t.e.feed.(feed.Writer)
+	if !ok {
+		return ErrNotWritable
+	}
+	if len(muts) == 0 {
+		return nil
+	}
+	return w.Apply(ctx, OriginFrom(ctx), muts...)
+}
+
+// Decode decodes a JSON row of this resource into a T.
+func (t *Table[T]) Decode(row json.RawMessage) (T, error) {
+	var out T
+	err := t.res.codec.decode(row, reflect.ValueOf(&out).Elem())
+	return out, err
+}
+
+type originKey struct{}
+
+// WithOrigin returns a copy of ctx whose writes carry origin, the id of the
+// client device they are made for, so that device can skip its own echo.
+// Package middleware sets it from the Tide-Origin request header.
+func WithOrigin(ctx context.Context, origin string) context.Context {
+	return context.WithValue(ctx, originKey{}, origin)
+}
+
+// OriginFrom returns the origin set by WithOrigin, or "".
+func OriginFrom(ctx context.Context) string {
+	s, _ := ctx.Value(originKey{}).(string)
+	return s
+}

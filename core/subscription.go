@@ -1,0 +1,341 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/feed"
+)
+
+type subState uint8
+
+const (
+	// subCatchingUp: registered with the hub; live changes are buffered
+	// while a replay runs.
+	subCatchingUp subState = iota
+	// subLive: live changes go straight to the socket.
+	subLive
+	// subDesynced: a live change did not fit the socket's queue; live
+	// changes are dropped until the queue drains and a replay from the
+	// delivered cursor starts.
+	subDesynced
+)
+
+// subscription is one client's live interest in one scope on one
+// connection.
+type subscription struct {
+	c      *conn
+	id     string
+	idJSON []byte
+	res    *resource
+	scope  feed.Scope
+	limit  int
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed atomic.Bool
+
+	mu        sync.Mutex
+	state     subState
+	buf       []buffered // live entries held while catching up
+	overflow  bool       // buf overflowed: replay another round
+	delivered feed.Position
+}
+
+type buffered struct {
+	pos   feed.Position
+	entry []byte
+}
+
+func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) *subscription {
+	ctx, cancel := context.WithCancel(c.e.ctx)
+	return &subscription{
+		c: c, id: id, idJSON: appendJSONString(nil, id), res: r, scope: sc, limit: limit,
+		ctx: ctx, cancel: cancel, state: subCatchingUp,
+	}
+}
+
+func (s *subscription) principal() authz.Principal { return s.c.principal }
+
+// start authorizes the subscription, registers it with the hub and catches
+// it up. It runs on its own goroutine, counted in the engine's WaitGroup.
+func (s *subscription) start(cur Cursor, hasCursor bool) {
+	e := s.c.e
+	defer e.wg.Done()
+	err := s.authorize()
+	if err == nil {
+		err = e.awaitReady(s.ctx)
+	}
+	if err == nil {
+		// Live interest first, then the replay high-water: see hub.
+		e.hub.add(s)
+		if s.ctx.Err() != nil {
+			e.hub.remove(s)
+			return
+		}
+		err = s.catchUp(cur, hasCursor)
+	}
+	if err != nil && s.ctx.Err() == nil && !errors.Is(err, errConnClosing) {
+		s.c.failSub(s, err)
+	}
+}
+
+func (s *subscription) authorize() error {
+	return s.res.authorize(s.ctx, s.principal(), s.scope)
+}
+
+// authorize runs the resource's policy for p on sc. No policy means deny.
+// Denials wrap authz.ErrUnauthenticated or authz.ErrForbidden; any other
+// policy error is wrapped as is and also denies.
+func (r *resource) authorize(ctx context.Context, p authz.Principal, sc feed.Scope) error {
+	if r.policy == nil {
+		return fmt.Errorf("%w: resource %s has no policy", authz.ErrForbidden, r.schema.Name)
+	}
+	err := r.policy(ctx, authz.Request{Principal: p, Resource: r.schema.Name, Conditions: conditionsMap(sc)})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, authz.ErrUnauthenticated) || errors.Is(err, authz.ErrForbidden):
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return fmt.Errorf("policy: %w", err)
+}
+
+// catchUp replays the scope from the cursor (or snapshots it when there is
+// none) up to a pinned high-water, then switches the subscription to live.
+// Live changes that arrived meanwhile were buffered: those at or below the
+// high-water are dropped (the replay covered them), the rest follow the
+// caught-up frame in order.
+func (s *subscription) catchUp(cur Cursor, hasCursor bool) error {
+	e := s.c.e
+	snapshot := !hasCursor
+	var from feed.Position
+	var after string
+	var hasAfter bool
+	switch {
+	case !hasCursor:
+	case cur.Epoch != e.epoch:
+		if err := s.reset("epoch_changed"); err != nil {
+			return err
+		}
+		snapshot = true
+	case cur.Snapshot:
+		snapshot, from, after, hasAfter = true, cur.Pos, cur.After, true
+	default:
+		from = cur.Pos
+	}
+	for {
+		if snapshot {
+			start, err := s.sendSnapshot(from, after, hasAfter)
+			if err != nil {
+				return err
+			}
+			from, snapshot, after, hasAfter = start, false, "", false
+		}
+		hw, err := e.feed.Head(s.ctx)
+		if err != nil {
+			return err
+		}
+		err = s.sendReplay(from, hw)
+		if errors.Is(err, feed.ErrCursorExpired) {
+			if err := s.reset("cursor_expired"); err != nil {
+				return err
+			}
+			snapshot, from = true, 0
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if s.goLive(hw) {
+			return nil
+		}
+		from = hw // the buffer overflowed: another round from where this one ended
+	}
+}
+
+// sendSnapshot sends the scope's current rows in pages, each with a snapshot
+// cursor, and returns the position replay must continue from: the position
+// of the first page (or start, when resuming a snapshot). Rows that changed
+// while later pages were read are replayed again from there, so the copy
+// converges whatever the timing.
+func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter bool) (feed.Position, error) {
+	e := s.c.e
+	first := !hasAfter
+	for {
+		pg, err := e.snapshotPage(s.ctx, s.res, s.principal(), s.scope, after, hasAfter, s.limit)
+		if err != nil {
+			return 0, err
+		}
+		if first {
+			start, first = pg.pos, false
+		}
+		if pg.n > 0 {
+			cur := Cursor{Epoch: e.epoch, Pos: start, Snapshot: true, After: pg.lastKey}
+			if err := s.sendPage(pg, cur.String()); err != nil {
+				return 0, err
+			}
+		}
+		if pg.read < s.limit {
+			return start, nil
+		}
+		after, hasAfter = pg.lastKey, true
+	}
+}
+
+// sendReplay sends the scope's changes in (from, until] in pages.
+func (s *subscription) sendReplay(from, until feed.Position) error {
+	e := s.c.e
+	for from < until {
+		pg, err := e.replayPage(s.ctx, s.res, s.principal(), s.scope, from, until, s.limit)
+		if err != nil {
+			return err
+		}
+		if pg.n > 0 {
+			if err := s.sendPage(pg, e.cursorString(pg.last)); err != nil {
+				return err
+			}
+		}
+		if pg.read < s.limit {
+			return nil
+		}
+		from = pg.last
+	}
+	return nil
+}
+
+func (s *subscription) sendPage(pg page, cursor string) error {
+	frame := appendChangesStart(make([]byte, 0, len(pg.body)+128), s.idJSON, cursor)
+	frame = append(frame, pg.body...)
+	return s.c.sendFrameWait(s.ctx, appendChangesEnd(frame))
+}
+
+func (s *subscription) reset(reason string) error {
+	s.c.e.stats.resets.Add(1)
+	return s.c.sendFrameWait(s.ctx, encodeReset(s.id, reason))
+}
+
+// goLive ends a catch-up round at high-water hw. It reports false if the
+// live buffer overflowed during the round, in which case another round is
+// needed.
+func (s *subscription) goLive(hw feed.Position) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.overflow {
+		s.overflow = false
+		s.buf = s.buf[:0]
+		return false
+	}
+	s.delivered = hw
+	s.c.sendFrame(encodeCaughtUp(s.id, s.c.e.cursorString(hw)))
+	s.state = subLive
+	buf := s.buf
+	s.buf = nil
+	for _, b := range buf {
+		if b.pos <= hw {
+			continue
+		}
+		if s.state != subLive {
+			break
+		}
+		s.deliverLocked(b.pos, b.entry)
+	}
+	return true
+}
+
+// push offers a live change to the subscription. It runs on the tailer's
+// goroutine, in position order.
+func (s *subscription) push(c *feed.Change, enc *entryBytes) {
+	entry := s.res.entryFor(s.principal(), c, enc)
+	if entry == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case subCatchingUp:
+		if s.overflow {
+			return
+		}
+		if len(s.buf) >= s.c.e.cfg.CatchUpBuffer {
+			s.overflow = true
+			s.buf = nil
+			return
+		}
+		s.buf = append(s.buf, buffered{pos: c.Pos, entry: entry})
+	case subLive:
+		s.deliverLocked(c.Pos, entry)
+	case subDesynced:
+		// Dropped: the replay after the queue drains covers it.
+	}
+}
+
+// deliverLocked queues a live entry, or marks the subscription desynced if
+// the socket's queue is full. The caller holds s.mu.
+func (s *subscription) deliverLocked(pos feed.Position, entry []byte) {
+	if s.c.trySendEntry(s, pos, entry) {
+		s.delivered = pos
+		return
+	}
+	s.state = subDesynced
+	s.c.noteDrop(s)
+}
+
+// desync forces a replay from the delivered cursor.
+func (s *subscription) desync() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case subCatchingUp:
+		s.overflow = true
+		s.buf = nil
+	case subLive:
+		s.state = subDesynced
+		s.c.mu.Lock()
+		s.c.out.desynced = append(s.c.out.desynced, s)
+		s.c.kickLocked()
+		s.c.mu.Unlock()
+	}
+}
+
+// resync starts the replay of a desynced subscription from its delivered
+// cursor. The socket's writer calls it once the queue has drained.
+func (s *subscription) resync() {
+	s.mu.Lock()
+	if s.closed.Load() || s.state != subDesynced {
+		s.mu.Unlock()
+		return
+	}
+	s.state = subCatchingUp
+	s.buf, s.overflow = nil, false
+	from := s.delivered
+	s.mu.Unlock()
+	e := s.c.e
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		err := s.catchUp(Cursor{Epoch: e.epoch, Pos: from}, true)
+		if err != nil && s.ctx.Err() == nil && !errors.Is(err, errConnClosing) {
+			s.c.failSub(s, err)
+		}
+	}()
+}
+
+func (s *subscription) isClosed() bool { return s.closed.Load() }
+
+// close ends the subscription: its goroutines stop and the hub forgets it.
+func (s *subscription) close() {
+	if s.closed.Swap(true) {
+		return
+	}
+	s.cancel()
+	s.c.e.hub.remove(s)
+	s.mu.Lock()
+	s.buf = nil
+	s.mu.Unlock()
+}

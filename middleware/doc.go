@@ -1,0 +1,24 @@
+// Package middleware serves a tide engine over net/http: the WebSocket
+// endpoint, the polling endpoint for clients that cannot hold a socket, and a
+// middleware that mounts both in front of an existing app.
+//
+//	engine, _ := core.New(core.Config{})
+//	todos, _ := core.Register(engine, core.Resource[Todo]{Table: "todos", Authorize: policy})
+//	mux := http.NewServeMux() // the app's own routes
+//	http.ListenAndServe(addr, middleware.Middleware(engine,
+//		middleware.WithPrincipal(currentUser))(mux))
+//
+// Routes, under the prefix (default "/tide"):
+//
+//	GET  /tide/ws       WebSocket upgrade; then protocol v1 (docs/protocol.md)
+//	POST /tide/changes  one page of a scope, for polling clients
+//
+// Every other request passes through to the app untouched, with the
+// Tide-Origin request header, if present, put into the request context so
+// the app's writes through core.Table carry it.
+//
+// The principal of a request comes from the app's hook (WithPrincipal),
+// which typically reads the user the app's own session middleware found.
+// Without a hook every caller is anonymous, and tide's deny-by-default
+// policies refuse it.
+package middleware

@@ -1,0 +1,164 @@
+package middleware
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tidesync/tide/core"
+)
+
+// maxPollBody bounds a poll request body.
+const maxPollBody = 64 << 10
+
+// handler serves tide's routes for one engine.
+type handler struct {
+	e        *core.Engine
+	o        options
+	upgrader websocket.Upgrader
+	wsPath   string
+	pollPath string
+}
+
+// writeBuffers is shared by every connection: a write buffer is held only
+// while a message is being written, so idle connections cost none.
+var writeBuffers = &sync.Pool{}
+
+// Handler returns an http.Handler serving tide's routes under the prefix
+// (see the package documentation). Requests for other paths get 404.
+func Handler(e *core.Engine, opts ...Option) http.Handler {
+	return newHandler(e, buildOptions(opts))
+}
+
+func newHandler(e *core.Engine, o options) *handler {
+	return &handler{
+		e: e,
+		o: o,
+		upgrader: websocket.Upgrader{
+			ReadBufferSize:  1024,
+			WriteBufferSize: 4096,
+			WriteBufferPool: writeBuffers,
+			CheckOrigin:     o.checkOrigin, // nil: gorilla's same-host check
+		},
+		wsPath:   o.prefix + "/ws",
+		pollPath: o.prefix + "/changes",
+	}
+}
+
+// owns reports whether the request is for one of tide's routes.
+func (h *handler) owns(r *http.Request) bool {
+	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case h.wsPath:
+		h.serveWS(w, r)
+	case h.pollPath:
+		h.servePoll(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		writeError(w, http.StatusMethodNotAllowed, &core.Error{Code: core.CodeBadFrame, Message: "the WebSocket endpoint takes GET"})
+		return
+	}
+	if h.e.Draining() {
+		writeError(w, http.StatusServiceUnavailable, core.ErrDraining)
+		return
+	}
+	if _, ok := w.(http.Hijacker); !ok {
+		writeError(w, http.StatusInternalServerError, &core.Error{Code: core.CodeInternal,
+			Message: "the http.ResponseWriter cannot be hijacked for a WebSocket upgrade: remove timeout, gzip or other response-wrapping middleware from the tide route"})
+		return
+	}
+	p, err := h.o.principal(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
+		return
+	}
+	ws, err := h.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered the request
+	}
+	_ = h.e.Accept(ws, p)
+}
+
+func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, &core.Error{Code: core.CodeBadFrame, Message: "the changes endpoint takes POST"})
+		return
+	}
+	p, err := h.o.principal(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPollBody+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, &core.Error{Code: core.CodeBadFrame, Message: "cannot read the request body"})
+		return
+	}
+	if len(body) > maxPollBody {
+		writeError(w, http.StatusRequestEntityTooLarge, &core.Error{Code: core.CodeFrameTooLarge, Message: "the request body is too large"})
+		return
+	}
+	var req core.PollRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, &core.Error{Code: core.CodeBadFrame, Message: "the body is not a JSON poll request: " + err.Error()})
+		return
+	}
+	out, err := h.e.Poll(r.Context(), p, req)
+	if err != nil {
+		te := core.ErrorFor(err)
+		writeError(w, statusFor(te.Code), te)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(out)
+}
+
+// statusFor maps a wire error code to an HTTP status.
+func statusFor(code core.Code) int {
+	switch code {
+	case core.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case core.CodeForbidden:
+		return http.StatusForbidden
+	case core.CodeUnknownResource:
+		return http.StatusNotFound
+	case core.CodeRateLimited:
+		return http.StatusTooManyRequests
+	case core.CodeFrameTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case core.CodeDraining, core.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case core.CodeInternal:
+		return http.StatusInternalServerError
+	}
+	return http.StatusBadRequest
+}
+
+// writeError answers with an error frame as the JSON body.
+func writeError(w http.ResponseWriter, status int, e *core.Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	body, _ := json.Marshal(struct {
+		V       int       `json:"v"`
+		Type    string    `json:"type"`
+		Code    core.Code `json:"code"`
+		Message string    `json:"message"`
+	}{core.ProtocolVersion, core.FrameError, e.Code, e.Message})
+	_, _ = w.Write(body)
+}
+
