@@ -161,4 +161,3 @@ func writeError(w http.ResponseWriter, status int, e *core.Error) {
 	}{core.ProtocolVersion, core.FrameError, e.Code, e.Message})
 	_, _ = w.Write(body)
 }
-
