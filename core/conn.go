@@ -47,7 +47,6 @@ type conn struct {
 // the engine is draining, the connection is closed with 4002 and ErrDraining
 // is returned.
 func (e *Engine) Accept(ws *websocket.Conn, p authz.Principal) error {
-	e.start()
 	c := &conn{e: e, ws: ws, principal: p, subs: map[string]*subscription{}}
 	c.out.init(e.cfg.SendBuffer)
 	e.mu.Lock()
@@ -61,6 +60,7 @@ func (e *Engine) Accept(ws *websocket.Conn, p authz.Principal) error {
 	e.conns[c] = struct{}{}
 	e.wg.Add(1)
 	e.mu.Unlock()
+	e.start()
 	e.stats.connections.Add(1)
 	go c.readLoop()
 	return nil

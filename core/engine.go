@@ -24,7 +24,7 @@ import (
 type Engine struct {
 	cfg    Config
 	feed   feed.Feed
-	epoch  string
+	epoch  string // the feed's epoch; set by the tailer before ready is closed
 	hub    *hub
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -34,7 +34,7 @@ type Engine struct {
 	conns     map[*conn]struct{}
 	draining  bool
 
-	startOnce sync.Once
+	started   bool          // guarded by mu
 	ready     chan struct{} // closed once the tailer knows its start position
 	wg        sync.WaitGroup
 	stats     counters
@@ -58,16 +58,11 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:       cfg,
 		feed:      f,
-		epoch:     f.Epoch(),
 		ctx:       ctx,
 		cancel:    cancel,
 		resources: map[string]*resource{},
 		conns:     map[*conn]struct{}{},
 		ready:     make(chan struct{}),
-	}
-	if !validEpoch(e.epoch) {
-		cancel()
-		return nil, fmt.Errorf("tide: feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
 	}
 	e.hub = newHub(e)
 	return e, nil
@@ -107,14 +102,22 @@ func (e *Engine) resource(name string) *resource {
 	return e.resources[name]
 }
 
-// start launches the tailer exactly once per engine.
-func (e *Engine) start() {
-	e.startOnce.Do(func() {
+// start launches the tailer and the pinger exactly once per engine. It
+// reports false once Shutdown has begun.
+func (e *Engine) start() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.draining {
+		return false
+	}
+	if !e.started {
+		e.started = true
 		e.stats.tailStarts.Add(1)
 		e.wg.Add(2)
 		go e.tailLoop()
 		go e.pingLoop()
-	})
+	}
+	return true
 }
 
 // pingLoop asks every connection to ping its peer a few times per idle
@@ -147,6 +150,8 @@ func (e *Engine) awaitReady(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-e.ctx.Done():
+		return ErrDraining
 	}
 }
 
@@ -159,7 +164,12 @@ func (e *Engine) tailLoop() {
 	for attempt := 0; ; attempt++ {
 		var err error
 		if pos, err = e.feed.Head(ctx); err == nil {
-			break
+			// A feed may learn its epoch on first contact with its store,
+			// so it is read after Head succeeds.
+			if e.epoch = e.feed.Epoch(); validEpoch(e.epoch) {
+				break
+			}
+			err = fmt.Errorf("feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
 		}
 		if !e.backoff(ctx, attempt, "head", err) {
 			return

@@ -29,6 +29,9 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	if e.Draining() {
 		return nil, ErrDraining
 	}
+	if err := e.awaitReady(ctx); err != nil {
+		return nil, err
+	}
 	if req.V != ProtocolVersion {
 		return nil, errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, ProtocolVersion)
 	}

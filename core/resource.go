@@ -145,6 +145,45 @@ func (t *Table[T]) apply(ctx context.Context, muts []feed.Mutation) error {
 	return w.Apply(ctx, OriginFrom(ctx), muts...)
 }
 
+// Rows returns the current rows of a scope, read from the feed without any
+// policy: conditions are as in a subscribe frame (column name to a value or
+// {"in": [values]}), nil for the whole resource. It is for the app's own use
+// (and tests); clients read through subscriptions. A scope larger than
+// MaxPageSize is read in several pages, each consistent on its own.
+func (t *Table[T]) Rows(ctx context.Context, conditions map[string]any) ([]T, error) {
+	raw := make(map[string]json.RawMessage, len(conditions))
+	for k, v := range conditions {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("tide: condition %s: %w", k, err)
+		}
+		raw[k] = b
+	}
+	sc, cerr := parseConditions(t.res.schema, raw, maxConditionsN, 1<<16)
+	if cerr != nil {
+		return nil, cerr
+	}
+	var out []T
+	q := feed.SnapshotQuery{Scope: sc, Limit: t.e.cfg.MaxPageSize}
+	for {
+		pg, err := t.e.feed.Snapshot(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range pg.Rows {
+			row, err := t.Decode(c.Row)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, row)
+		}
+		if len(pg.Rows) < q.Limit {
+			return out, nil
+		}
+		q.After, q.HasAfter = pg.Rows[len(pg.Rows)-1].Key, true
+	}
+}
+
 // Decode decodes a JSON row of this resource into a T.
 func (t *Table[T]) Decode(row json.RawMessage) (T, error) {
 	var out T

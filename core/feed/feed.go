@@ -87,7 +87,9 @@ type SnapshotPage struct {
 type Feed interface {
 	// Epoch identifies this log. Cursors carry it, so a cursor from another
 	// log (another database, or an in-memory feed before a restart) is
-	// recognised as unusable instead of being misread.
+	// recognised as unusable instead of being misread. It is 1 to 64 ASCII
+	// letters, digits, '-' or '_', fixed for the log's lifetime. A feed that
+	// learns it from its store may return "" until Head first succeeds.
 	Epoch() string
 
 	// Head returns the newest position at or below which every change is

@@ -1,0 +1,284 @@
+// Command todo is tide's demo: a live todo list synced to every open browser
+// tab. It runs on the in-memory feed, so it needs no database:
+//
+//	go run ./examples/todo
+//
+// Open the printed URL in two tabs; an edit in one shows in the other.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/middleware"
+)
+
+// Todo is the synced resource: rows of the "todos" table, scoped by project.
+type Todo struct {
+	ID        string    `tide:"id,pk"`
+	ProjectID string    `tide:"project_id,scope"`
+	Title     string    `tide:"title"`
+	Done      bool      `tide:"done"`
+	UpdatedAt time.Time `tide:"updated_at"`
+}
+
+//go:embed index.html
+var indexHTML []byte
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address (a free port is picked if it is taken)")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(*addr, log); err != nil {
+		log.Error("todo demo failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr string, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	engine, err := core.New(core.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	todos, err := core.Register(engine, core.Resource[Todo]{Table: "todos", Authorize: projectMember})
+	if err != nil {
+		return err
+	}
+	app := &app{todos: todos}
+	if err := app.seed(ctx); err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", app.index)
+	mux.HandleFunc("POST /api/todos", app.create)
+	mux.HandleFunc("PATCH /api/todos/{id}", app.update)
+	mux.HandleFunc("DELETE /api/todos/{id}", app.remove)
+
+	// The one line: tide's routes in front of the app, with the app's notion
+	// of who the user is.
+	handler := middleware.Middleware(engine, middleware.WithPrincipal(sessionUser))(withSession(mux))
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Warn("address taken; using a free port", "addr", addr, "err", err)
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return err
+		}
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("tide todo demo: http://%s/\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = engine.Shutdown(shutdownCtx) // closes sockets with 4002
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// The demo's "session": a cookie naming a guest user who may see two
+// projects. A real app reads its own session here.
+const sessionCookie = "todo_demo_user"
+
+var guestSeq atomic.Int64
+
+func withSession(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := r.Cookie(sessionCookie); err != nil {
+			name := fmt.Sprintf("guest-%d-%d", time.Now().Unix()%100000, guestSeq.Add(1))
+			http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: name, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func sessionUser(r *http.Request) (authz.Principal, error) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return authz.Anonymous, nil
+	}
+	return authz.Principal{ID: c.Value, Claims: map[string]any{"projects": []string{"demo", "home"}}}, nil
+}
+
+// projectMember allows a logged-in user to subscribe to projects listed in
+// their "projects" claim, one project at a time.
+func projectMember(_ context.Context, r authz.Request) error {
+	if r.Principal.IsAnonymous() {
+		return authz.ErrUnauthenticated
+	}
+	want := r.Conditions["project_id"]
+	if len(want) != 1 {
+		return fmt.Errorf("%w: subscribe to one project", authz.ErrForbidden)
+	}
+	for _, p := range r.Principal.Strings("projects") {
+		if p == want[0] {
+			return nil
+		}
+	}
+	return authz.ErrForbidden
+}
+
+type app struct {
+	todos *core.Table[Todo]
+	seq   atomic.Int64
+}
+
+func (a *app) newID() string { return fmt.Sprintf("t%d", a.seq.Add(1)) }
+
+func (a *app) seed(ctx context.Context) error {
+	now := time.Now().UTC()
+	return a.todos.Upsert(ctx,
+		Todo{ID: a.newID(), ProjectID: "demo", Title: "Open this page in a second tab", UpdatedAt: now},
+		Todo{ID: a.newID(), ProjectID: "demo", Title: "Tick me off in one tab, watch the other", UpdatedAt: now},
+		Todo{ID: a.newID(), ProjectID: "home", Title: "Water the plants", UpdatedAt: now},
+	)
+}
+
+func (a *app) index(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(indexHTML)
+}
+
+type todoInput struct {
+	ProjectID *string `json:"project_id"`
+	Title     *string `json:"title"`
+	Done      *bool   `json:"done"`
+}
+
+func decodeInput(w http.ResponseWriter, r *http.Request) (todoInput, bool) {
+	var in todoInput
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		http.Error(w, "bad JSON: "+err.Error(), http.StatusBadRequest)
+		return in, false
+	}
+	if in.Title != nil && (strings.TrimSpace(*in.Title) == "" || len(*in.Title) > 200) {
+		http.Error(w, "title must be 1-200 characters", http.StatusBadRequest)
+		return in, false
+	}
+	return in, true
+}
+
+func (a *app) create(w http.ResponseWriter, r *http.Request) {
+	in, ok := decodeInput(w, r)
+	if !ok {
+		return
+	}
+	if in.Title == nil || in.ProjectID == nil {
+		http.Error(w, "project_id and title are required", http.StatusBadRequest)
+		return
+	}
+	if !a.mayWrite(w, r, *in.ProjectID) {
+		return
+	}
+	t := Todo{ID: a.newID(), ProjectID: *in.ProjectID, Title: strings.TrimSpace(*in.Title), UpdatedAt: time.Now().UTC()}
+	if err := a.todos.Upsert(r.Context(), t); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(map[string]string{"id": t.ID})
+}
+
+func (a *app) update(w http.ResponseWriter, r *http.Request) {
+	in, ok := decodeInput(w, r)
+	if !ok {
+		return
+	}
+	t, found := a.find(r.Context(), r.PathValue("id"))
+	if !found {
+		http.NotFound(w, r)
+		return
+	}
+	if !a.mayWrite(w, r, t.ProjectID) {
+		return
+	}
+	if in.Title != nil {
+		t.Title = strings.TrimSpace(*in.Title)
+	}
+	if in.Done != nil {
+		t.Done = *in.Done
+	}
+	if in.ProjectID != nil {
+		if !a.mayWrite(w, r, *in.ProjectID) {
+			return
+		}
+		t.ProjectID = *in.ProjectID // moves the row between scopes
+	}
+	t.UpdatedAt = time.Now().UTC()
+	if err := a.todos.Upsert(r.Context(), t); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *app) remove(w http.ResponseWriter, r *http.Request) {
+	t, found := a.find(r.Context(), r.PathValue("id"))
+	if !found {
+		http.NotFound(w, r)
+		return
+	}
+	if !a.mayWrite(w, r, t.ProjectID) {
+		return
+	}
+	if err := a.todos.Delete(r.Context(), t); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// mayWrite applies the same rule to writes as the policy applies to reads.
+func (a *app) mayWrite(w http.ResponseWriter, r *http.Request, project string) bool {
+	p, _ := sessionUser(r)
+	err := projectMember(r.Context(), authz.Request{Principal: p, Resource: "todos", Conditions: map[string][]string{"project_id": {project}}})
+	if err != nil {
+		http.Error(w, "not your project", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
+// find reads a todo's current row from the feed's snapshot of its projects.
+func (a *app) find(ctx context.Context, id string) (Todo, bool) {
+	for _, project := range []string{"demo", "home"} {
+		rows, err := a.todos.Rows(ctx, map[string]any{"project_id": project})
+		if err != nil {
+			return Todo{}, false
+		}
+		for _, t := range rows {
+			if t.ID == id {
+				return t, true
+			}
+		}
+	}
+	return Todo{}, false
+}
