@@ -34,10 +34,10 @@ type Engine struct {
 	conns     map[*conn]struct{}
 	draining  bool
 
-	started   bool          // guarded by mu
-	ready     chan struct{} // closed once the tailer knows its start position
-	wg        sync.WaitGroup
-	stats     counters
+	started bool          // guarded by mu
+	ready   chan struct{} // closed once the tailer knows its start position
+	wg      sync.WaitGroup
+	stats   counters
 }
 
 // ErrDraining is returned once Shutdown has begun.
