@@ -42,15 +42,13 @@ type Config struct {
 
 	// SendBuffer bounds the bytes queued for one connection. A live change
 	// that does not fit is dropped and its subscription re-replayed from its
-	// delivered cursor once the socket drains. Zero value means 1 MiB.
+	// delivered cursor once the socket drains. It also bounds the live
+	// changes a subscription buffers while it replays; past it the buffer is
+	// discarded and the replay runs another round. Zero value means 1 MiB.
 	SendBuffer int
 	// MaxDrops is the number of dropped live changes after which a
 	// connection is closed with 1013. Zero value means 32.
 	MaxDrops int
-	// CatchUpBuffer is the number of live changes a subscription buffers
-	// while it replays; past it the buffer is discarded and the replay runs
-	// another round. Zero value means 4096.
-	CatchUpBuffer int
 
 	// MaxFrameBytes bounds a client frame. Zero value means 64 KiB.
 	MaxFrameBytes int
@@ -60,6 +58,14 @@ type Config struct {
 	// MaxConditions bounds the conditions of one subscription. Zero value
 	// means 8.
 	MaxConditions int
+	// FrameRate is the sustained number of frames per second a client may
+	// send; frames beyond it are dropped with a rate_limited error. Zero
+	// value means 50.
+	FrameRate int
+	// FrameBurst is how many frames a client may send at once above
+	// FrameRate. A client that keeps sending after 4×FrameBurst refused
+	// frames is closed with 1008. Zero value means 100.
+	FrameBurst int
 	// MaxConditionValues bounds the values across all conditions of one
 	// subscription ("in" lists included). Zero value means 256.
 	MaxConditionValues int
@@ -98,11 +104,12 @@ func (c Config) WithDefaults() Config {
 	setInt(&c.MaxPageSize, 10000)
 	setInt(&c.SendBuffer, 1<<20)
 	setInt(&c.MaxDrops, 32)
-	setInt(&c.CatchUpBuffer, 4096)
 	setInt(&c.MaxFrameBytes, 64<<10)
 	setInt(&c.MaxSubscriptions, 256)
 	setInt(&c.MaxConditions, 8)
 	setInt(&c.MaxConditionValues, 256)
+	setInt(&c.FrameRate, 50)
+	setInt(&c.FrameBurst, 100)
 	setDur(&c.HelloTimeout, 10*time.Second)
 	setDur(&c.IdleTimeout, 120*time.Second)
 	setDur(&c.WriteTimeout, 10*time.Second)
@@ -123,11 +130,12 @@ func (c Config) validate() error {
 	positive("MaxPageSize", c.MaxPageSize)
 	positive("SendBuffer", c.SendBuffer)
 	positive("MaxDrops", c.MaxDrops)
-	positive("CatchUpBuffer", c.CatchUpBuffer)
 	positive("MaxFrameBytes", c.MaxFrameBytes)
 	positive("MaxSubscriptions", c.MaxSubscriptions)
 	positive("MaxConditions", c.MaxConditions)
 	positive("MaxConditionValues", c.MaxConditionValues)
+	positive("FrameRate", c.FrameRate)
+	positive("FrameBurst", c.FrameBurst)
 	if c.PageSize > c.MaxPageSize {
 		errs = append(errs, fmt.Errorf("PageSize %d exceeds MaxPageSize %d", c.PageSize, c.MaxPageSize))
 	}

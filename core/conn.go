@@ -33,6 +33,7 @@ type conn struct {
 	origin    string
 	build     string
 	helloDone bool
+	limiter   frameLimiter // reader goroutine only
 
 	mu       sync.Mutex
 	subs     map[string]*subscription
@@ -76,6 +77,7 @@ func (c *conn) readLoop() {
 		return c.ws.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
 	})
 	buf := make([]byte, 0, 512)
+	c.limiter = newFrameLimiter(cfg.FrameRate, cfg.FrameBurst, time.Now())
 	for {
 		mt, r, err := c.ws.NextReader()
 		if err != nil {
@@ -98,6 +100,15 @@ func (c *conn) readLoop() {
 			// Draining the peer's frames until its close reply arrives.
 		case tooBig:
 			c.sendError("", errorf(CodeFrameTooLarge, "frames are limited to %d bytes", cfg.MaxFrameBytes))
+		case !c.limiter.allow(time.Now()):
+			// One error per refused run, not one per frame: the answer
+			// must not become a flood of its own.
+			if c.limiter.refused == 1 {
+				c.sendError("", errorf(CodeRateLimited, "more than %d frames per second; frames are being dropped", cfg.FrameRate))
+			}
+			if c.limiter.refused > 4*cfg.FrameBurst {
+				c.closeAfterFlush(ClosePolicy, "rate limit")
+			}
 		case mt != websocket.TextMessage:
 			c.sendError("", errorf(CodeBadFrame, "frames are JSON text messages"))
 		default:

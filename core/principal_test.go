@@ -1,7 +1,9 @@
 package core_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/tidesync/tide/authz"
@@ -17,4 +19,12 @@ func headerPrincipal(r *http.Request) (authz.Principal, error) {
 		projects = strings.Split(p, ",")
 	}
 	return authz.Principal{ID: u, Claims: map[string]any{"projects": projects}}, nil
+}
+
+func jsonEqual(a, b string) bool {
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }

@@ -41,6 +41,7 @@ type subscription struct {
 	mu        sync.Mutex
 	state     subState
 	buf       []buffered // live entries held while catching up
+	bufBytes  int        // bytes of entries in buf, bounded by SendBuffer
 	overflow  bool       // buf overflowed: replay another round
 	delivered feed.Position
 }
@@ -228,14 +229,14 @@ func (s *subscription) goLive(hw feed.Position) bool {
 	defer s.mu.Unlock()
 	if s.overflow {
 		s.overflow = false
-		s.buf = s.buf[:0]
+		s.buf, s.bufBytes = s.buf[:0], 0
 		return false
 	}
 	s.delivered = hw
 	s.c.sendFrame(encodeCaughtUp(s.id, s.c.e.cursorString(hw)))
 	s.state = subLive
 	buf := s.buf
-	s.buf = nil
+	s.buf, s.bufBytes = nil, 0
 	for _, b := range buf {
 		if b.pos <= hw {
 			continue
@@ -262,12 +263,13 @@ func (s *subscription) push(c *feed.Change, enc *entryBytes) {
 		if s.overflow {
 			return
 		}
-		if len(s.buf) >= s.c.e.cfg.CatchUpBuffer {
+		if s.bufBytes+len(entry) > s.c.e.cfg.SendBuffer {
 			s.overflow = true
-			s.buf = nil
+			s.buf, s.bufBytes = nil, 0
 			return
 		}
 		s.buf = append(s.buf, buffered{pos: c.Pos, entry: entry})
+		s.bufBytes += len(entry)
 	case subLive:
 		s.deliverLocked(c.Pos, entry)
 	case subDesynced:
@@ -293,7 +295,7 @@ func (s *subscription) desync() {
 	switch s.state {
 	case subCatchingUp:
 		s.overflow = true
-		s.buf = nil
+		s.buf, s.bufBytes = nil, 0
 	case subLive:
 		s.state = subDesynced
 		s.c.mu.Lock()
@@ -312,7 +314,7 @@ func (s *subscription) resync() {
 		return
 	}
 	s.state = subCatchingUp
-	s.buf, s.overflow = nil, false
+	s.buf, s.bufBytes, s.overflow = nil, 0, false
 	from := s.delivered
 	s.mu.Unlock()
 	e := s.c.e
@@ -336,6 +338,6 @@ func (s *subscription) close() {
 	s.cancel()
 	s.c.e.hub.remove(s)
 	s.mu.Lock()
-	s.buf = nil
+	s.buf, s.bufBytes = nil, 0
 	s.mu.Unlock()
 }

@@ -1,0 +1,330 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tidesync/tide/core"
+)
+
+// TestSlowConsumer: one client stops reading while a writer keeps writing.
+// The server's memory for it stays bounded by its send buffer, a fast client
+// on the same scope keeps receiving everything, and when the slow client
+// reads again it converges.
+func TestSlowConsumer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 16 MB")
+	}
+	// MaxDrops is high so the fast client, which may itself fall behind this
+	// in-process writer, is resynced rather than cut off.
+	s := newServer(t, core.Config{SendBuffer: 64 << 10, MaxDrops: 1 << 20, WriteTimeout: time.Minute})
+	ctx := context.Background()
+	slow := s.dial(t, "u", "p7")
+	slow.hello()
+	slow.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
+	slow.collect("s")
+	fast := s.dial(t, "u", "p7")
+	fast.hello()
+	fast.send(`{"v":1,"type":"subscribe","id":"f","resource":"todos","conditions":{"project_id":"p7"}}`)
+	fast.collect("f")
+
+	const n, size = 8000, 2000 // 16 MB: well beyond loopback socket buffers
+	title := strings.Repeat("x", size)
+	fastDone := make(chan map[string]string, 1)
+	go func() { fastDone <- readCopy(fast, fmt.Sprintf("k%05d", n-1), nil) }()
+
+	heapBefore := heapInUse()
+	for i := 0; i < n; i++ {
+		// Rows are rewritten, so the final state is n/4 rows.
+		if err := s.todos.Upsert(ctx, todo{ID: fmt.Sprintf("k%05d", i%(n/4)), ProjectID: "p7", Title: title, Done: i >= 3*n/4}); err != nil {
+			t.Fatal(err)
+		}
+		if i == n-1 {
+			_ = s.todos.Upsert(ctx, todo{ID: fmt.Sprintf("k%05d", n-1), ProjectID: "p7", Title: "last"})
+		}
+	}
+	fastCopy := <-fastDone
+	heapAfter := heapInUse()
+	st := s.e.Stats()
+	t.Logf("live heap: %d KiB before the writes, %d KiB after (payload written: %d KiB); dropped=%d",
+		heapBefore>>10, heapAfter>>10, n*size>>10, st.Dropped)
+	if st.Dropped == 0 {
+		t.Fatal("the slow client never hit backpressure: the test did not exercise it")
+	}
+	// The in-memory feed keeps every change (~payload); a queue holding the
+	// stalled client's changes would add as much again.
+	if grow := heapAfter - heapBefore; grow > uint64(n*size)+16<<20 {
+		t.Fatalf("heap grew by %d KiB for %d KiB of payload", grow>>10, n*size>>10)
+	}
+	want := rowsOf(t, s, "p7")
+	if !equalCopies(fastCopy, want) {
+		t.Fatalf("fast client: %d rows, want %d", len(fastCopy), len(want))
+	}
+	// The slow client reads again and converges.
+	slowCopy := readCopy(slow, "", want)
+	if !equalCopies(slowCopy, want) {
+		t.Fatalf("slow client did not converge: %d rows, want %d", len(slowCopy), len(want))
+	}
+}
+
+// TestBackpressureCloses: a client that keeps falling behind is cut off
+// with 1013 once it exceeds the drop limit.
+func TestBackpressureCloses(t *testing.T) {
+	s := newServer(t, core.Config{SendBuffer: 1024, MaxDrops: 2, WriteTimeout: time.Minute})
+	c := s.dial(t, "u", "p7")
+	c.hello()
+	c.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
+	c.collect("s")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // keep writing until the server gives up on the client
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = s.todos.Upsert(context.Background(), todo{ID: fmt.Sprint(i % 50), ProjectID: "p7", Title: strings.Repeat("y", 500)})
+			if i > 2_000_000 {
+				return // bound the loop; the test fails below if this is reached
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	// Read slowly: one frame per write burst is far behind the writer.
+	for {
+		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, _, err := c.ws.ReadMessage()
+		if err == nil {
+			continue
+		}
+		if !websocket.IsCloseError(err, core.CloseOverloaded) {
+			t.Fatalf("want close 1013, got %v", err)
+		}
+		return
+	}
+}
+
+// TestIdleSweep: a half-open peer (it never answers pings) is closed with
+// 4001, while a live peer on the same engine keeps being served.
+func TestIdleSweep(t *testing.T) {
+	s := newServer(t, core.Config{IdleTimeout: 300 * time.Millisecond})
+	deaf := s.dial(t, "u", "p7")
+	deaf.ws.SetPingHandler(func(string) error { return nil }) // never pongs
+	deaf.hello()
+	live := s.dial(t, "u", "p7")
+	live.hello()
+	live.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
+	live.collect("s")
+	liveFrames := make(chan core.ServerFrame, 16)
+	go func() {
+		for {
+			_ = live.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+			_, data, err := live.ws.ReadMessage() // reading also answers pings
+			if err != nil {
+				close(liveFrames)
+				return
+			}
+			f, _ := core.DecodeServerFrame(data)
+			liveFrames <- f
+		}
+	}()
+	_ = deaf.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		_, _, err := deaf.ws.ReadMessage()
+		if err == nil {
+			continue
+		}
+		if !websocket.IsCloseError(err, core.CloseIdle) {
+			t.Fatalf("want close 4001, got %v", err)
+		}
+		break
+	}
+	// The live peer outlived the idle timeout and still gets changes.
+	_ = s.todos.Upsert(context.Background(), todo{ID: "after", ProjectID: "p7"})
+	f, ok := <-liveFrames
+	if !ok || f.Type != core.FrameChanges || f.Entries[0].Key != "after" {
+		t.Fatalf("live client got %+v (open=%v)", f, ok)
+	}
+}
+
+// TestHostileFrames feeds malformed, truncated, oversized and wrong-version
+// frames; each gets its documented error (and close, where documented), and
+// a bystander keeps being served.
+func TestHostileFrames(t *testing.T) {
+	s := newServer(t, core.Config{MaxFrameBytes: 1024})
+	by := s.dial(t, "u", "p7")
+	by.hello()
+	by.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
+	by.collect("s")
+	big := `{"v":1,"type":"hello","build":"` + strings.Repeat("b", 2000) + `"}`
+	for _, tt := range []struct {
+		name      string
+		hello     bool // send hello first
+		frame     string
+		binary    bool
+		code      core.Code
+		closeCode int // 0: the connection stays open
+	}{
+		{name: "garbage before hello", frame: `\x00\x01garbage`, code: core.CodeBadFrame, closeCode: core.ClosePolicy},
+		{name: "truncated hello", frame: `{"v":1,"type":"hel`, code: core.CodeBadFrame, closeCode: core.ClosePolicy},
+		{name: "wrong version", frame: `{"v":9,"type":"hello"}`, code: core.CodeUnsupportedVersion, closeCode: core.CloseVersionSkew},
+		{name: "oversized", hello: true, frame: big, code: core.CodeFrameTooLarge},
+		{name: "binary", hello: true, frame: `{"v":1,"type":"hello"}`, binary: true, code: core.CodeBadFrame},
+		{name: "truncated subscribe", hello: true, frame: `{"v":1,"type":"subscribe","id":"x","reso`, code: core.CodeBadFrame},
+		{name: "wrong version after hello", hello: true, frame: `{"v":0.5,"type":"subscribe"}`, code: core.CodeBadFrame},
+		{name: "null", hello: true, frame: `null`, code: core.CodeBadFrame},
+		{name: "deeply nested", hello: true, frame: `{"v":1,"type":"subscribe","id":"d","resource":"todos","conditions":{"project_id":` + strings.Repeat("[", 400) + strings.Repeat("]", 400) + `}}`, code: core.CodeInvalidConditions},
+		{name: "bad condition shape", hello: true, frame: `{"v":1,"type":"subscribe","id":"d","resource":"todos","conditions":{"project_id":{"in":"p7"}}}`, code: core.CodeInvalidConditions},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := s.dial(t, "u", "p7")
+			if tt.hello {
+				c.hello()
+			}
+			mt := websocket.TextMessage
+			if tt.binary {
+				mt = websocket.BinaryMessage
+			}
+			if err := c.ws.WriteMessage(mt, []byte(tt.frame)); err != nil {
+				t.Fatal(err)
+			}
+			if f := c.expect(core.FrameError); f.Code != tt.code {
+				t.Fatalf("code %s (%s), want %s", f.Code, f.Message, tt.code)
+			}
+			if tt.closeCode != 0 {
+				_, _, err := c.ws.ReadMessage()
+				if !websocket.IsCloseError(err, tt.closeCode) {
+					t.Fatalf("want close %d, got %v", tt.closeCode, err)
+				}
+				return
+			}
+			// Still serving: a probe gets its answer.
+			c.send(`{"v":1,"type":"unsubscribe","id":"probe"}`)
+			if f := c.expect(core.FrameError); f.Code != core.CodeUnknownSub {
+				t.Fatalf("probe got %+v", f)
+			}
+		})
+	}
+	_ = s.todos.Upsert(context.Background(), todo{ID: "still", ProjectID: "p7"})
+	if f := by.expect(core.FrameChanges); f.Entries[0].Key != "still" {
+		t.Fatalf("bystander got %+v", f)
+	}
+}
+
+// TestRateLimit: frames beyond the rate get one rate_limited error; a
+// client that keeps flooding is closed with 1008.
+func TestRateLimit(t *testing.T) {
+	s := newServer(t, core.Config{FrameRate: 1, FrameBurst: 5})
+	c := s.dial(t, "u", "p7")
+	c.hello()
+	go func() {
+		for i := 0; i < 200; i++ {
+			if c.ws.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"unsubscribe","id":"x"}`)) != nil {
+				return
+			}
+		}
+	}()
+	var codes []core.Code
+	for {
+		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			if !websocket.IsCloseError(err, core.ClosePolicy) {
+				t.Fatalf("want close 1008, got %v", err)
+			}
+			break
+		}
+		f, _ := core.DecodeServerFrame(data)
+		codes = append(codes, f.Code)
+	}
+	limited := 0
+	for _, code := range codes {
+		if code == core.CodeRateLimited {
+			limited++
+		}
+	}
+	if limited != 1 {
+		t.Fatalf("want exactly one rate_limited error before the close, got codes %v", codes)
+	}
+}
+
+// readCopy applies changes frames to a copy of the scope until the copy
+// holds lastKey (or equals want, when want is not nil).
+func readCopy(c *wsClient, lastKey string, want map[string]string) map[string]string {
+	got := map[string]string{}
+	for {
+		_ = c.ws.SetReadDeadline(time.Now().Add(60 * time.Second))
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				c.t.Errorf("closed: %v", err)
+			}
+			return got
+		}
+		f, err := core.DecodeServerFrame(data)
+		if err != nil || f.Type == core.FrameError {
+			c.t.Errorf("bad frame %s", data)
+			return got
+		}
+		for _, e := range f.Entries {
+			if e.Op == "upsert" {
+				got[e.Key] = string(e.Row)
+			} else {
+				delete(got, e.Key)
+			}
+		}
+		if lastKey != "" {
+			if _, ok := got[lastKey]; ok {
+				return got
+			}
+		} else if equalCopies(got, want) {
+			return got
+		}
+	}
+}
+
+func rowsOf(t *testing.T, s *server, project string) map[string]string {
+	t.Helper()
+	rows, err := s.todos.Rows(context.Background(), map[string]any{"project_id": project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, r := range rows {
+		_, row, _ := core.EncodeRow(r)
+		out[r.ID] = string(row)
+	}
+	return out
+}
+
+func equalCopies(got, want map[string]string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok || !jsonEqual(g, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
