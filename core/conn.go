@@ -76,7 +76,6 @@ func (c *conn) readLoop() {
 	c.ws.SetPongHandler(func(string) error {
 		return c.ws.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
 	})
-	buf := make([]byte, 0, 512)
 	c.limiter = newFrameLimiter(cfg.FrameRate, cfg.FrameBurst, time.Now())
 	for {
 		mt, r, err := c.ws.NextReader()
@@ -87,8 +86,10 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
-		var tooBig bool
-		buf, tooBig, err = readFrame(r, buf[:0], cfg.MaxFrameBytes)
+		// The frame buffer is borrowed only while a frame is handled, so an
+		// idle connection holds none.
+		bp := frameBuffers.Get().(*[]byte)
+		buf, tooBig, err := readFrame(r, (*bp)[:0], cfg.MaxFrameBytes)
 		if err != nil {
 			return
 		}
@@ -112,13 +113,19 @@ func (c *conn) readLoop() {
 		case mt != websocket.TextMessage:
 			c.sendError("", errorf(CodeBadFrame, "frames are JSON text messages"))
 		default:
-			c.handle(buf)
+			c.handleOffStack(buf)
 		}
-		if cap(buf) > 64<<10 {
-			buf = make([]byte, 0, 512) // do not keep a large buffer for an idle connection
+		if cap(buf) <= 64<<10 { // do not pool what an oversized frame grew
+			*bp = buf[:0]
+			frameBuffers.Put(bp)
 		}
 	}
 }
+
+// frameBuffers holds buffers for reading client frames. Handlers copy what
+// they keep (encoding/json copies strings and RawMessages), so a buffer is
+// free again once its frame is handled.
+var frameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // readFrame reads one message into buf, up to max bytes. A longer message is
 // discarded, up to 16 times max (beyond that the connection is dropped),
@@ -147,6 +154,19 @@ func readFrame(r io.Reader, buf []byte, max int) ([]byte, bool, error) {
 			return buf, false, err
 		}
 	}
+}
+
+// handleOffStack handles a frame on a short-lived goroutine and waits for
+// it. Decoding and policy calls need deep stacks; run on the reader they
+// would grow its stack for good, and an idle connection would keep paying
+// for it. The reader's own stack stays at its minimum.
+func (c *conn) handleOffStack(frame []byte) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.handle(frame)
+	}()
+	<-done
 }
 
 // handle dispatches one client frame.

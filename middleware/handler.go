@@ -38,7 +38,7 @@ func newHandler(e *core.Engine, o options) *handler {
 		e: e,
 		o: o,
 		upgrader: websocket.Upgrader{
-			ReadBufferSize:  1024,
+			ReadBufferSize:  256, // client frames are small; larger payloads bypass the buffer
 			WriteBufferSize: 4096,
 			WriteBufferPool: writeBuffers,
 			CheckOrigin:     o.checkOrigin, // nil: gorilla's same-host check
