@@ -2,7 +2,8 @@ package authz
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
+	"strconv"
 )
 
 // Principal is who the caller is, as the app's auth hook says: an id plus
@@ -10,9 +11,15 @@ import (
 //
 // Claims hold what policies compare against: strings, numbers, booleans, or
 // lists of them (as decoded from JSON, so []any as well as []string).
+//
+// Grants, when not empty, restrict the principal to the listed scopes on top
+// of every resource's policy: a subscription no grant covers is refused with
+// ErrScopeNotAllowed. Channel tokens carry them (see Keyring); a principal
+// from the app's session usually has none.
 type Principal struct {
-	ID     string
-	Claims map[string]any
+	ID     string         // the app's id for the caller; "" is anonymous
+	Claims map[string]any // what policies and filters compare against; read-only once built
+	Grants []Grant        // scopes the principal is restricted to; empty: no restriction
 }
 
 // Anonymous is the principal of a caller the app did not authenticate.
@@ -48,25 +55,43 @@ func (p Principal) Strings(claim string) []string {
 	}
 }
 
-// scalarText renders a scalar claim the way core renders condition values.
+// scalarText renders a scalar claim the way core renders condition values:
+// integers in decimal, booleans as "true"/"false". Numbers that are not
+// integers have no canonical text and are left out.
 func scalarText(v any) (string, bool) {
 	switch v := v.(type) {
 	case string:
 		return v, true
 	case bool:
-		if v {
-			return "true", true
-		}
-		return "false", true
+		return strconv.FormatBool(v), true
 	case float64:
-		if v == float64(int64(v)) {
-			return fmt.Sprintf("%d", int64(v)), true
+		// Exactly representable integers only: beyond 2^53 a float64 claim
+		// has already lost digits, so it matches nothing rather than the
+		// wrong id.
+		if v == float64(int64(v)) && v >= -(1<<53) && v <= 1<<53 {
+			return strconv.FormatInt(int64(v), 10), true
+		}
+		return "", false
+	case json.Number:
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			return strconv.FormatInt(n, 10), true
+		}
+		if n, err := strconv.ParseUint(string(v), 10, 64); err == nil {
+			return strconv.FormatUint(n, 10), true
 		}
 		return "", false
 	case int:
-		return fmt.Sprintf("%d", v), true
+		return strconv.FormatInt(int64(v), 10), true
+	case int32:
+		return strconv.FormatInt(int64(v), 10), true
 	case int64:
-		return fmt.Sprintf("%d", v), true
+		return strconv.FormatInt(v, 10), true
+	case uint:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint32:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint64:
+		return strconv.FormatUint(v, 10), true
 	}
 	return "", false
 }

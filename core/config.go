@@ -63,8 +63,9 @@ type Config struct {
 	// value means 50.
 	FrameRate int
 	// FrameBurst is how many frames a client may send at once above
-	// FrameRate. A client that keeps sending after 4×FrameBurst refused
-	// frames is closed with 1008. Zero value means 100.
+	// FrameRate; it must let a client resubscribe MaxSubscriptions scopes on
+	// connect. A client that keeps sending after 4×FrameBurst refused frames
+	// is closed with 1008. Zero value means MaxSubscriptions + 16.
 	FrameBurst int
 	// MaxConditionValues bounds the values across all conditions of one
 	// subscription ("in" lists included). Zero value means 256.
@@ -79,9 +80,17 @@ type Config struct {
 	// WriteTimeout bounds one socket write. Zero value means 10 s.
 	WriteTimeout time.Duration
 
-	// Tokens verifies hello and refresh tokens. Zero value: tokens are not
-	// accepted, and a hello carrying one is refused as unauthenticated.
+	// Tokens verifies hello and refresh tokens (authz.Keyring is one).
+	// Zero value: tokens are not accepted, and a hello carrying one is
+	// refused as unauthenticated. A connection whose token has an expiry is
+	// sent refresh-token a fifth of its remaining lifetime (at least 30 s)
+	// before it, and closed with 1008 when it expires unless a refresh
+	// arrived. If Tokens also implements TokenRevoker, Engine.Revoke
+	// revokes the principal's tokens too.
 	Tokens TokenVerifier
+	// Clock times token expiry. Zero value: the system clock. Tests set a
+	// fake one, together with the same clock in the token verifier.
+	Clock Clock
 
 	// Logger receives operational events. Zero value: slog.Default().
 	Logger *slog.Logger
@@ -109,12 +118,15 @@ func (c Config) WithDefaults() Config {
 	setInt(&c.MaxConditions, 8)
 	setInt(&c.MaxConditionValues, 256)
 	setInt(&c.FrameRate, 50)
-	setInt(&c.FrameBurst, 100)
+	setInt(&c.FrameBurst, c.MaxSubscriptions+16)
 	setDur(&c.HelloTimeout, 10*time.Second)
 	setDur(&c.IdleTimeout, 120*time.Second)
 	setDur(&c.WriteTimeout, 10*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -27,9 +28,12 @@ type conn struct {
 	e  *Engine
 	ws *websocket.Conn
 
+	// principal is who the connection speaks for (see currentPrincipal):
+	// the app's at accept, replaced by the token of hello or refresh.
+	principal atomic.Pointer[authz.Principal]
+
 	// Set by the reader goroutine before any subscription exists; read-only
 	// afterwards.
-	principal authz.Principal
 	origin    string
 	build     string
 	helloDone bool
@@ -48,7 +52,8 @@ type conn struct {
 // the engine is draining, the connection is closed with 4002 and ErrDraining
 // is returned.
 func (e *Engine) Accept(ws *websocket.Conn, p authz.Principal) error {
-	c := &conn{e: e, ws: ws, principal: p, subs: map[string]*subscription{}}
+	c := &conn{e: e, ws: ws, subs: map[string]*subscription{}}
+	c.principal.Store(&p)
 	c.out.init(e.cfg.SendBuffer)
 	e.mu.Lock()
 	if e.draining {
@@ -204,50 +209,78 @@ func (c *conn) hello(f ClientFrame) {
 		c.sendError("", errorf(CodeBadFrame, "hello was already sent"))
 		return
 	}
+	var expiry time.Time
 	if f.Token != "" {
-		p, err := c.verifyToken(f.Token)
+		revokes := c.e.auth.revokes.Load()
+		p, exp, err := c.verifyToken(f.Token)
+		if err == nil {
+			c.principal.Store(&p)
+			if c.e.auth.revokes.Load() != revokes {
+				// A Revoke ran while the token was verified and may not have
+				// seen this connection: ask the verifier again.
+				_, _, err = c.verifyToken(f.Token)
+			}
+		}
 		if err != nil {
 			c.sendError("", err)
 			c.closeAfterFlush(ClosePolicy, "unauthenticated")
 			return
 		}
-		c.principal = p
+		expiry = exp
 	}
 	c.origin, c.build = f.Origin, f.Build
 	c.helloDone = true
 	_ = c.ws.SetReadDeadline(time.Now().Add(c.e.cfg.IdleTimeout))
 	cfg := &c.e.cfg
-	c.sendFrame(encodeWelcome(cfg.BuildID, cfg.MaxFrameBytes, cfg.MaxSubscriptions))
+	c.sendFrame(encodeWelcome(cfg))
 	if cfg.BuildID != "" && f.Build != "" && f.Build != cfg.BuildID {
 		c.sendFrame(encodeUpdateAvailable(cfg.BuildID))
 	}
+	if !expiry.IsZero() {
+		c.e.auth.schedule(c, expiry) // after welcome: a refresh-token never precedes it
+	}
 }
 
-func (c *conn) verifyToken(token string) (authz.Principal, *Error) {
+// verifyToken checks a hello or refresh token with the engine's verifier and
+// returns its principal and expiry (zero: none).
+func (c *conn) verifyToken(token string) (authz.Principal, time.Time, *Error) {
 	v := c.e.cfg.Tokens
 	if v == nil {
-		return authz.Anonymous, errorf(CodeUnauthenticated, "this server does not accept tokens")
+		return authz.Anonymous, time.Time{}, errorf(CodeUnauthenticated, "this server does not accept tokens")
 	}
 	ctx, cancel := context.WithTimeout(c.e.ctx, 10*time.Second)
 	defer cancel()
-	p, _, err := v.VerifyToken(ctx, token)
+	p, expiry, err := v.VerifyToken(ctx, token)
 	if err != nil {
-		return authz.Anonymous, errorf(CodeUnauthenticated, "invalid token: %v", err)
+		return authz.Anonymous, time.Time{}, errorf(CodeUnauthenticated, "invalid token: %v", err)
 	}
-	return p, nil
+	if p.IsAnonymous() {
+		return authz.Anonymous, time.Time{}, errorf(CodeUnauthenticated, "the token names no principal")
+	}
+	return p, expiry, nil
 }
 
+// refresh replaces the connection's token with a newer one for the same
+// principal: the connection lives until the new expiry. The new token's
+// claims and grants apply to later subscriptions, and the current ones are
+// checked against them again (reauthorizeLater) unless nothing changed.
 func (c *conn) refresh(f ClientFrame) {
-	p, err := c.verifyToken(f.Token)
+	p, expiry, err := c.verifyToken(f.Token)
 	if err != nil {
 		c.sendError("", err)
 		c.closeAfterFlush(ClosePolicy, "unauthenticated")
 		return
 	}
-	if p.ID != c.principal.ID {
+	old := c.currentPrincipal()
+	if p.ID != old.ID {
 		c.sendError("", errorf(CodeForbidden, "a refreshed token must be for the same principal"))
 		c.closeAfterFlush(ClosePolicy, "principal changed")
 		return
+	}
+	c.principal.Store(&p)
+	c.e.auth.schedule(c, expiry)
+	if !samePrincipal(old, p) {
+		c.reauthorizeLater()
 	}
 }
 
@@ -381,6 +414,7 @@ func (c *conn) teardown() {
 		s.close()
 	}
 	c.kill()
+	c.e.auth.forget(c)
 	c.e.mu.Lock()
 	delete(c.e.conns, c)
 	c.e.mu.Unlock()

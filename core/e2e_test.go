@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -357,5 +358,36 @@ func TestEngineStartsOnce(t *testing.T) {
 	}
 	if n := s.e.Stats().TailStarts; n != 1 {
 		t.Fatalf("tailer started %d times", n)
+	}
+}
+
+func TestUnusableCursorsReset(t *testing.T) {
+	s := newServer(t, core.Config{})
+	ctx := context.Background()
+	_ = s.todos.Upsert(ctx, todo{"t1", "p7", "a", false})
+	c := s.dial(t, "u1", "p7")
+	c.hello()
+	c.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
+	_, cursor := c.collect("s")
+	cur, err := core.ParseCursor(cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := core.Cursor{Epoch: cur.Epoch, Pos: cur.Pos + 1000}
+	other := core.Cursor{Epoch: "another", Pos: cur.Pos}
+	for i, tt := range []struct {
+		cursor core.Cursor
+		reason string
+	}{{ahead, "cursor_ahead"}, {other, "epoch_changed"}} {
+		id := fmt.Sprintf("r%d", i)
+		c.send(`{"v":1,"type":"subscribe","id":"` + id + `","resource":"todos","conditions":{"project_id":"p7"},"cursor":"` + tt.cursor.String() + `"}`)
+		f := c.expect(core.FrameReset)
+		if f.ID != id || f.Reason != tt.reason {
+			t.Fatalf("got %+v, want reset %s", f, tt.reason)
+		}
+		// A fresh snapshot follows.
+		if entries, _ := c.collect(id); keys(entries) != "u:t1" {
+			t.Fatalf("after reset: %s", keys(entries))
+		}
 	}
 }

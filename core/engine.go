@@ -26,6 +26,7 @@ type Engine struct {
 	feed   feed.Feed
 	epoch  string // the feed's epoch; set by the tailer before ready is closed
 	hub    *hub
+	auth   *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
 
@@ -65,6 +66,7 @@ func New(cfg Config) (*Engine, error) {
 		ready:     make(chan struct{}),
 	}
 	e.hub = newHub(e)
+	e.auth = newTokenTimers(ctx, cfg.Clock)
 	return e, nil
 }
 

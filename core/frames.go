@@ -21,6 +21,8 @@ type Entry struct {
 type Limits struct {
 	MaxFrameBytes    int `json:"max_frame_bytes"`
 	MaxSubscriptions int `json:"max_subscriptions"`
+	FrameRate        int `json:"frame_rate"`  // sustained client frames per second
+	FrameBurst       int `json:"frame_burst"` // client frames allowed at once above the rate
 }
 
 // ServerFrame is a decoded server-to-client frame, for clients written in Go.
@@ -32,7 +34,7 @@ type ServerFrame struct {
 	Build  string  `json:"build,omitempty"`  // welcome, update-available
 	Limits *Limits `json:"limits,omitempty"` // welcome
 
-	ID      string  `json:"id,omitempty"`      // changes, caught-up, reset, error (if about a subscription)
+	ID      string  `json:"id,omitempty"`      // changes, caught-up, reset, error (if about a subscription); absent in polling responses
 	Cursor  string  `json:"cursor,omitempty"`  // changes, caught-up
 	Entries []Entry `json:"entries,omitempty"` // changes
 
@@ -58,8 +60,8 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 	}
 	switch f.Type {
 	case FrameChanges:
-		if f.ID == "" {
-			return f, fmt.Errorf("%w: changes without id", ErrBadServerFrame)
+		if f.Cursor == "" {
+			return f, fmt.Errorf("%w: changes without cursor", ErrBadServerFrame)
 		}
 		for _, e := range f.Entries {
 			if e.Op != "upsert" && e.Op != "delete" {
@@ -88,8 +90,9 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 // entryBytes holds the encoded forms of one change, built once per change
 // and shared by every subscription it reaches.
 type entryBytes struct {
-	upsert []byte // the change as an upsert entry (upserts only)
-	delete []byte // the change as a delete entry (every change: a filtered upsert is sent as a delete)
+	upsert []byte  // the change as an upsert entry (upserts only)
+	delete []byte  // the change as a delete entry (every change: a filtered upsert is sent as a delete)
+	view   rowView // what row filters need, computed on first use (pages.go)
 }
 
 // encodeEntries encodes c for the wire.

@@ -12,16 +12,110 @@ import (
 // has them (fan-out); replay passes nil and encodes per page.
 //
 // This is the single place where what a subscriber sees of a change is
-// decided, for replay, snapshot and live delivery alike.
+// decided, for replay, snapshot and live delivery alike. The change is in
+// the subscriber's scope (the feed or the hub matched it); what remains is
+// the resource's row filter:
+//
+//   - an upsert of a visible row is sent as is;
+//   - an upsert of a row the principal may not see is sent as a delete, since
+//     the subscriber may hold an older, visible version of it; the delete
+//     carries no origin, so even the writer's own client drops the row;
+//   - a delete is sent if the deleted (old) row was visible, or if the feed
+//     did not say what it was; otherwise the subscriber never had it.
+//
+// Fan-out calls it once per subscriber with the change's shared enc, from
+// the tailer's goroutine only: the row is decoded once per change, into
+// enc.view, whatever the number of subscribers. Without a filter nothing is
+// decoded and nothing allocated.
 func (r *resource) entryFor(p authz.Principal, c *feed.Change, enc *entryBytes) []byte {
+	return r.see(p, c, enc, false)
+}
+
+// see is entryFor, with snapshot set for rows of a snapshot: the subscriber
+// starts those from an empty copy, so a row it may not see is left out
+// rather than sent as a delete.
+func (r *resource) see(p authz.Principal, c *feed.Change, enc *entryBytes, snapshot bool) []byte {
+	if r.filter == nil {
+		if enc == nil {
+			e := encodeEntries(c)
+			enc = &e
+		}
+		if c.Op == feed.OpUpsert {
+			return enc.upsert
+		}
+		return enc.delete
+	}
 	if enc == nil {
-		e := encodeEntries(c)
-		enc = &e
+		enc = &entryBytes{} // replay and snapshot: encode only what is sent
 	}
-	if c.Op == feed.OpUpsert {
+	visible, known := r.filter.check(p, c, &enc.view)
+	switch {
+	case c.Op == feed.OpUpsert && visible:
+		if enc.upsert == nil {
+			enc.upsert = appendEntry(make([]byte, 0, len(c.Row)+len(c.Key)+48), "upsert", c.Key, c.Row, c.Origin)
+		}
 		return enc.upsert
+	case c.Op == feed.OpUpsert && snapshot:
+		return nil
+	case c.Op == feed.OpUpsert || !known:
+		return enc.view.hiddenDelete(c)
+	case visible:
+		if enc.delete == nil {
+			enc.delete = appendEntry(nil, "delete", c.Key, nil, c.Origin)
+		}
+		return enc.delete
 	}
-	return enc.delete
+	return nil
+}
+
+// rowView caches, per change, what row filters need: the decoded row and the
+// delete entry sent in place of a hidden upsert.
+type rowView struct {
+	decoded bool
+	row     any // the decoded row; nil if the change has none or it did not decode
+	hidden  []byte
+}
+
+func (v *rowView) hiddenDelete(c *feed.Change) []byte {
+	if v.hidden == nil {
+		v.hidden = appendEntry(nil, "delete", c.Key, nil, "")
+	}
+	return v.hidden
+}
+
+// check reports whether p may see the change's row. known is false when the
+// change carries no usable row (a delete from a feed that did not keep the
+// old row, or a row that does not decode); visible is then false.
+func (f *rowFilter) check(p authz.Principal, c *feed.Change, v *rowView) (visible, known bool) {
+	if !v.decoded {
+		v.decoded = true
+		if len(c.Row) > 0 {
+			row, err := f.decode(c.Row)
+			if err != nil {
+				if n := f.badRows.Add(1); n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th… only
+					f.log.Error("tide: a row does not decode for its row filter; it is hidden", "key", c.Key, "pos", c.Pos, "err", err, "count", n)
+				}
+			}
+			v.row = row
+		}
+	}
+	if v.row == nil {
+		return false, false
+	}
+	return f.call(p, v.row), true
+}
+
+// call runs the filter; a panic hides the row (and is logged, sparsely).
+func (f *rowFilter) call(p authz.Principal, row any) (ok bool) {
+	defer func() {
+		if x := recover(); x != nil {
+			ok = false
+			if n := f.panics.Add(1); n&(n-1) == 0 {
+				f.log.Error("tide: the row filter panicked; the row is hidden", "panic", x, "count", n)
+			}
+		}
+	}()
+	return f.visible(p, row)
 }
 
 // page is one page of entries read from the feed and encoded for a
@@ -71,7 +165,7 @@ func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principa
 	}
 	pg := page{read: len(sp.Rows), pos: sp.Pos, lastKey: after}
 	for i := range sp.Rows {
-		pg.add(r.entryFor(p, &sp.Rows[i], nil))
+		pg.add(r.see(p, &sp.Rows[i], nil, true))
 		pg.lastKey = sp.Rows[i].Key
 	}
 	return pg, nil

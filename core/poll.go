@@ -83,6 +83,10 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 		if err != nil {
 			return nil, err
 		}
+		if cur.Pos > hw {
+			e.stats.resets.Add(1)
+			return encodePollReset("cursor_ahead"), nil
+		}
 		pg, err := e.replayPage(ctx, r, p, scope, cur.Pos, hw, limit)
 		if errors.Is(err, feed.ErrCursorExpired) {
 			e.stats.resets.Add(1)

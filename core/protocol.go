@@ -181,13 +181,17 @@ func appendField(b []byte, name, value string) []byte {
 }
 
 // encodeWelcome encodes the server's reply to hello.
-func encodeWelcome(build string, maxFrame, maxSubs int) []byte {
+func encodeWelcome(cfg *Config) []byte {
 	b := appendFrameStart(nil, FrameWelcome)
-	b = appendField(b, "build", build)
+	b = appendField(b, "build", cfg.BuildID)
 	b = append(b, `,"limits":{"max_frame_bytes":`...)
-	b = strconv.AppendInt(b, int64(maxFrame), 10)
+	b = strconv.AppendInt(b, int64(cfg.MaxFrameBytes), 10)
 	b = append(b, `,"max_subscriptions":`...)
-	b = strconv.AppendInt(b, int64(maxSubs), 10)
+	b = strconv.AppendInt(b, int64(cfg.MaxSubscriptions), 10)
+	b = append(b, `,"frame_rate":`...)
+	b = strconv.AppendInt(b, int64(cfg.FrameRate), 10)
+	b = append(b, `,"frame_burst":`...)
+	b = strconv.AppendInt(b, int64(cfg.FrameBurst), 10)
 	return append(b, '}', '}')
 }
 

@@ -130,7 +130,7 @@ func FuzzDecodeServerFrame(f *testing.F) {
 func TestEncodedFramesAreValidJSON(t *testing.T) {
 	weird := "q\"\\\n\t\x01\xff\u2028<>&é"
 	frames := [][]byte{
-		encodeWelcome(weird, 1, 2),
+		encodeWelcome(&Config{BuildID: weird, MaxFrameBytes: 1, MaxSubscriptions: 2}),
 		encodeCaughtUp(weird, weird),
 		encodeReset(weird, weird),
 		encodeError(weird, &Error{Code: CodeForbidden, Message: weird}),

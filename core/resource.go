@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -45,16 +47,27 @@ type Resource[T any] struct {
 	// Table is the table name, optionally schema-qualified ("app.todos").
 	// Required.
 	Table string
-	// Authorize decides who may subscribe to which scopes. Zero value:
-	// every subscription is refused (deny by default).
+	// Authorize decides who may subscribe to which scopes. It runs once per
+	// subscribe and poll request, after the conditions were validated and
+	// after the principal's token grants (authz.CheckGrants) allowed the
+	// scope. Zero value: every subscription is refused (deny by default). A
+	// policy that panics denies with "unavailable".
 	Authorize authz.Policy
+	// Filter decides row by row what a principal sees of the scopes its
+	// policy allowed, in snapshots, replays and live changes: a row it
+	// rejects is left out of a snapshot, and sent as a delete (without
+	// origin) wherever the subscriber may hold an older version of it. See
+	// authz.RowFilter for the rules a filter must follow. Zero value: every
+	// row of an allowed scope is visible.
+	Filter authz.RowFilter[T]
 }
 
 // resource is the engine's untyped view of a registered resource.
 type resource struct {
 	schema *feed.Schema
 	codec  *codec
-	policy authz.Policy
+	policy authz.Policy // guarded: token grants first, panics recovered; nil denies
+	filter *rowFilter   // nil: every row is visible
 }
 
 // Table is a registered resource. Its write methods write through the
@@ -93,7 +106,10 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	if err := validIdent(name); err != nil {
 		return nil, fmt.Errorf("tide: register %s: %w: name: %v", r.Table, ErrInvalidResource, err)
 	}
-	res := &resource{schema: c.schema(name, r.Table), codec: c, policy: r.Authorize}
+	res := &resource{schema: c.schema(name, r.Table), codec: c, policy: guardPolicy(r.Authorize)}
+	if r.Filter != nil {
+		res.filter = newRowFilter(c, r.Filter, e.cfg.Logger.With("resource", name))
+	}
 	if err := e.addResource(res); err != nil {
 		return nil, err
 	}
@@ -204,4 +220,49 @@ func WithOrigin(ctx context.Context, origin string) context.Context {
 func OriginFrom(ctx context.Context) string {
 	s, _ := ctx.Value(originKey{}).(string)
 	return s
+}
+
+// guardPolicy wraps a resource's policy so that a token's grants restrict
+// every resource whatever its policy says, and a panicking policy denies
+// instead of crashing the server. A nil policy stays nil (deny).
+func guardPolicy(policy authz.Policy) authz.Policy {
+	if policy == nil {
+		return nil
+	}
+	return func(ctx context.Context, r authz.Request) (err error) {
+		if err := authz.CheckGrants(r); err != nil {
+			return err
+		}
+		defer func() {
+			if v := recover(); v != nil {
+				err = fmt.Errorf("the policy of %s panicked: %v", r.Resource, v)
+			}
+		}()
+		return policy(ctx, r)
+	}
+}
+
+// rowFilter is a resource's authz.RowFilter with its row type erased: rows
+// are decoded once per change (decode) and the result handed to every
+// subscriber's check (visible).
+type rowFilter struct {
+	decode  func(row json.RawMessage) (any, error)
+	visible func(p authz.Principal, row any) bool
+	log     *slog.Logger
+	panics  atomic.Int64
+	badRows atomic.Int64
+}
+
+func newRowFilter[T any](c *codec, f authz.RowFilter[T], log *slog.Logger) *rowFilter {
+	return &rowFilter{
+		decode: func(row json.RawMessage) (any, error) {
+			v := new(T)
+			if err := c.decode(row, reflect.ValueOf(v).Elem()); err != nil {
+				return nil, err
+			}
+			return v, nil
+		},
+		visible: func(p authz.Principal, row any) bool { return f(p, row.(*T)) },
+		log:     log,
+	}
 }

@@ -59,7 +59,7 @@ func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) 
 	}
 }
 
-func (s *subscription) principal() authz.Principal { return s.c.principal }
+func (s *subscription) principal() authz.Principal { return s.c.currentPrincipal() }
 
 // start authorizes the subscription, registers it with the hub and catches
 // it up. It runs on its own goroutine, counted in the engine's WaitGroup.
@@ -142,9 +142,17 @@ func (s *subscription) catchUp(cur Cursor, hasCursor bool) error {
 		if err != nil {
 			return err
 		}
-		err = s.sendReplay(from, hw)
+		reason := "cursor_expired"
+		if from > hw {
+			// A cursor beyond the head of its own log (a database restored
+			// from a backup keeps its epoch) would silently skip every
+			// change up to it.
+			err, reason = feed.ErrCursorExpired, "cursor_ahead"
+		} else {
+			err = s.sendReplay(from, hw)
+		}
 		if errors.Is(err, feed.ErrCursorExpired) {
-			if err := s.reset("cursor_expired"); err != nil {
+			if err := s.reset(reason); err != nil {
 				return err
 			}
 			snapshot, from = true, 0
@@ -271,6 +279,12 @@ func (s *subscription) push(c *feed.Change, enc *entryBytes) {
 		s.buf = append(s.buf, buffered{pos: c.Pos, entry: entry})
 		s.bufBytes += len(entry)
 	case subLive:
+		// The high-water of the last catch-up came from the feed's head,
+		// which the tailer may not have reached yet: changes at or below it
+		// were replayed already and must not be sent twice.
+		if c.Pos <= s.delivered {
+			return
+		}
 		s.deliverLocked(c.Pos, entry)
 	case subDesynced:
 		// Dropped: the replay after the queue drains covers it.

@@ -12,6 +12,7 @@
 //
 //	GET  /tide/ws       WebSocket upgrade; then protocol v1 (docs/protocol.md)
 //	POST /tide/changes  one page of a scope, for polling clients
+//	POST /tide/token    a channel token for the caller (only with WithTokenEndpoint)
 //
 // Every other request passes through to the app untouched, with the
 // Tide-Origin request header, if present, put into the request context so
@@ -21,4 +22,10 @@
 // which typically reads the user the app's own session middleware found.
 // Without a hook every caller is anonymous, and tide's deny-by-default
 // policies refuse it.
+//
+// Cookie sessions are protected from cross-site use: a request to any of
+// tide's routes whose Origin header names neither the request's own host
+// nor an origin listed with WithAllowedOrigins is refused with 403, which
+// blocks cross-site WebSocket hijacking. Requests without Origin
+// (non-browser clients) are served. docs/authorization.md has the recipes.
 package middleware

@@ -16,11 +16,13 @@ const maxPollBody = 64 << 10
 
 // handler serves tide's routes for one engine.
 type handler struct {
-	e        *core.Engine
-	o        options
-	upgrader websocket.Upgrader
-	wsPath   string
-	pollPath string
+	e         *core.Engine
+	o         options
+	upgrader  websocket.Upgrader
+	wsPath    string
+	pollPath  string
+	tokenPath string       // "" without WithTokenEndpoint
+	tokens    http.Handler // the token endpoint, if any
 }
 
 // writeBuffers is shared by every connection: a write buffer is held only
@@ -34,23 +36,30 @@ func Handler(e *core.Engine, opts ...Option) http.Handler {
 }
 
 func newHandler(e *core.Engine, o options) *handler {
-	return &handler{
+	h := &handler{
 		e: e,
 		o: o,
 		upgrader: websocket.Upgrader{
 			ReadBufferSize:  256, // client frames are small; larger payloads bypass the buffer
 			WriteBufferSize: 4096,
 			WriteBufferPool: writeBuffers,
-			CheckOrigin:     o.checkOrigin, // nil: gorilla's same-host check
 		},
 		wsPath:   o.prefix + "/ws",
 		pollPath: o.prefix + "/changes",
 	}
+	// serveWS checks the origin before upgrading, to answer with an error
+	// frame; the upgrader checks again, so no path skips the check.
+	h.upgrader.CheckOrigin = h.o.originAllowed
+	if o.keyring != nil {
+		h.tokenPath = o.prefix + "/token"
+		h.tokens = &tokenHandler{kr: o.keyring, o: &h.o}
+	}
+	return h
 }
 
 // owns reports whether the request is for one of tide's routes.
 func (h *handler) owns(r *http.Request) bool {
-	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath
+	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || (h.tokenPath != "" && r.URL.Path == h.tokenPath)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -59,6 +68,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveWS(w, r)
 	case h.pollPath:
 		h.servePoll(w, r)
+	case h.tokenPath:
+		if h.tokens == nil {
+			http.NotFound(w, r)
+			return
+		}
+		h.tokens.ServeHTTP(w, r)
 	default:
 		http.NotFound(w, r)
 	}
@@ -79,6 +94,10 @@ func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
 			Message: "the http.ResponseWriter cannot be hijacked for a WebSocket upgrade: remove timeout, gzip or other response-wrapping middleware from the tide route"})
 		return
 	}
+	if !h.o.originAllowed(r) {
+		refuseOrigin(w, r) // cross-site WebSocket hijacking of the user's cookie
+		return
+	}
 	p, err := h.o.principal(r)
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
@@ -95,6 +114,10 @@ func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, &core.Error{Code: core.CodeBadFrame, Message: "the changes endpoint takes POST"})
+		return
+	}
+	if !h.o.originAllowed(r) {
+		refuseOrigin(w, r) // a cross-site page polling with the user's cookie
 		return
 	}
 	p, err := h.o.principal(r)

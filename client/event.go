@@ -1,0 +1,105 @@
+package client
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tidesync/tide/core"
+)
+
+// EventKind says what an Event reports.
+type EventKind string
+
+// Event kinds.
+const (
+	// EventConnected: the server answered hello with welcome and every
+	// scope has been subscribed. Build is the server's build id.
+	EventConnected EventKind = "connected"
+	// EventConnectFailed: a connection attempt ended before welcome (dial,
+	// token or handshake failure, or a close before welcome). Err says why;
+	// Attempt and Delay give the retry (Delay 0 when Run returns instead).
+	EventConnectFailed EventKind = "connect-failed"
+	// EventDisconnected: an established connection ended. Err and, when the
+	// server closed it, CloseCode and Reason say why; Attempt and Delay give
+	// the retry (Delay 0 when Run returns instead).
+	EventDisconnected EventKind = "disconnected"
+	// EventUpdateAvailable: the server's build (Build) differs from
+	// Config.Build; reload or update when convenient.
+	EventUpdateAvailable EventKind = "update-available"
+	// EventServerError: the server sent an error frame. Code and Message
+	// are the frame's; for an error about a subscription, Scope and
+	// SubscriptionID name it and the subscription has ended (see Client for
+	// what the client does next).
+	EventServerError EventKind = "server-error"
+	// EventCaughtUp: a catch-up of Scope ended and was applied; Cursor is
+	// the caught-up cursor.
+	EventCaughtUp EventKind = "caught-up"
+	// EventReset: the server reset Scope (Reason) and the handler dropped
+	// its copy; a snapshot follows.
+	EventReset EventKind = "reset"
+	// EventApplyError: the handler of Scope returned Err. Nothing was
+	// persisted; the connection is dropped and the scope resumes from its
+	// stored cursor.
+	EventApplyError EventKind = "apply-error"
+	// EventProtocolError: the server sent something the client cannot use
+	// (Err): a malformed frame, an entry of an unknown resource, a changes
+	// frame without a cursor. The connection is dropped.
+	EventProtocolError EventKind = "protocol-error"
+	// EventStoreError: the CursorStore failed (Err). The connection is
+	// dropped so nothing is applied without being recorded.
+	EventStoreError EventKind = "store-error"
+	// EventTokenRefreshed: the server asked for a fresh token and the client
+	// sent one.
+	EventTokenRefreshed EventKind = "token-refreshed"
+	// EventTokenError: Config.Token failed (Err) when the server asked for a
+	// fresh token.
+	EventTokenError EventKind = "token-error"
+)
+
+// Event reports something that happened to a client's connection or one of
+// its subscriptions, for tests, logs and UIs (Config.OnEvent). Fields not
+// relevant to the Kind are zero.
+type Event struct {
+	Kind           EventKind
+	Scope          Scope     // the scope concerned, if any
+	SubscriptionID string    // the subscription concerned, if any
+	Code           core.Code // EventServerError
+	Message        string    // EventServerError
+	Reason         string    // EventReset; EventDisconnected: the close reason
+	Build          string    // EventConnected, EventUpdateAvailable
+	Cursor         string    // EventCaughtUp
+	CloseCode      int       // EventDisconnected, EventConnectFailed: the server's close code, if it sent one
+	Err            error
+	Attempt        int           // EventDisconnected, EventConnectFailed: the retry attempt (0 first)
+	Delay          time.Duration // EventDisconnected, EventConnectFailed: the wait before reconnecting
+}
+
+// String formats the event for logs.
+func (e Event) String() string {
+	s := string(e.Kind)
+	if e.Scope.Resource != "" {
+		s += " " + e.Scope.String()
+	}
+	if e.SubscriptionID != "" {
+		s += " id=" + e.SubscriptionID
+	}
+	if e.Code != "" {
+		s += fmt.Sprintf(" code=%s %q", e.Code, e.Message)
+	}
+	if e.CloseCode != 0 {
+		s += fmt.Sprintf(" close=%d", e.CloseCode)
+	}
+	if e.Reason != "" {
+		s += fmt.Sprintf(" reason=%q", e.Reason)
+	}
+	if e.Build != "" {
+		s += " build=" + e.Build
+	}
+	if e.Err != nil {
+		s += " err=" + e.Err.Error()
+	}
+	if e.Delay != 0 {
+		s += fmt.Sprintf(" retry=%d in %v", e.Attempt, e.Delay)
+	}
+	return s
+}

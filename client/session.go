@@ -1,0 +1,494 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tidesync/tide/core"
+)
+
+// Connection timing. The server pings every 40 s by default; the client
+// pings too, so a half-open connection is noticed whatever the server's
+// settings.
+const (
+	pingInterval = 30 * time.Second
+	readTimeout  = 75 * time.Second // no frame, ping or pong for this long: the connection is dead
+	writeTimeout = 10 * time.Second
+	maxFrameRead = 128 << 20 // a server frame larger than this is refused
+)
+
+// session is one connection: a reader goroutine that decodes frames into a
+// queue, and the goroutine running loop, which handles them in order
+// (applying batches). It ends when the reader ends, when the client drops
+// it (abort), or when Run's context ends.
+type session struct {
+	c   *Client
+	ws  *websocket.Conn
+	q   *frameQueue
+	ctx context.Context // ends when the session does
+	end context.CancelFunc
+
+	wmu  sync.Mutex // serializes writes; taken before c.mu, never under it
+	pace pacer      // guarded by wmu
+
+	// Guarded by c.mu.
+	ids    map[string]*subInst // subscriptions held on this connection
+	ready  bool                // welcomed: scopes are subscribed here
+	timers []*time.Timer       // pending resubscribes
+
+	wg         sync.WaitGroup // helper goroutines: keepalive, token refresh, resubscribe timers
+	readerDone chan struct{}
+	welcomed   bool // set by loop
+
+	endMu   sync.Mutex
+	reason  error // why the client ended the session, if it did
+	fault   bool  // reason is a failure of this side or a bad frame: slow the reconnects down
+	readErr error // why the reader stopped
+}
+
+// subInst is one subscription of a scope on one connection.
+type subInst struct {
+	st   *scopeState
+	sess *session
+	id   string
+	// needReset: subscribed without a cursor and nothing applied yet, so
+	// the next batch must carry Reset. Read and written only by loop
+	// (after a lookup under c.mu).
+	needReset bool
+}
+
+// sessionResult tells Run how a session ended.
+type sessionResult struct {
+	welcomed  bool
+	fault     bool
+	err       error
+	closeCode int
+	closeText string
+}
+
+// runSession dials, says hello and serves one connection until it ends.
+func (c *Client) runSession(ctx context.Context) sessionResult {
+	hello := core.ClientFrame{V: core.ProtocolVersion, Type: core.FrameHello, Build: c.cfg.Build, Origin: c.cfg.Origin}
+	if c.cfg.Token != nil {
+		tok, err := c.cfg.Token(ctx)
+		if err != nil {
+			return sessionResult{err: fmt.Errorf("client: token for hello: %w", err)}
+		}
+		hello.Token = tok
+	}
+	ws, resp, err := c.dialer.DialContext(ctx, c.cfg.URL, c.cfg.Header)
+	if err != nil {
+		return sessionResult{err: dialError(c.cfg.URL, resp, err)}
+	}
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	ws.SetReadLimit(maxFrameRead)
+	sctx, end := context.WithCancel(ctx)
+	s := &session{c: c, ws: ws, q: newFrameQueue(), ctx: sctx, end: end, pace: newPacer(), ids: map[string]*subInst{}, readerDone: make(chan struct{})}
+	c.mu.Lock()
+	c.sess = s
+	c.mu.Unlock()
+
+	hs := c.dialer.HandshakeTimeout
+	if hs <= 0 {
+		hs = defaultHandshake
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(hs)) // welcome must come within the handshake timeout
+	go s.readLoop()
+	s.wg.Add(1)
+	go s.keepalive()
+	if err := s.write(hello); err == nil {
+		s.loop(ctx)
+	}
+	if ctx.Err() != nil {
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(core.CloseNormal, "client stopped"), time.Now().Add(time.Second))
+	}
+	s.finish()
+
+	res := sessionResult{welcomed: s.welcomed}
+	s.endMu.Lock()
+	res.err, res.fault = s.reason, s.fault
+	readErr := s.readErr
+	s.endMu.Unlock()
+	var ce *websocket.CloseError
+	if errors.As(readErr, &ce) {
+		res.closeCode, res.closeText = ce.Code, ce.Text
+	}
+	if res.err == nil {
+		res.err = readErr
+	}
+	return res
+}
+
+// dialError describes a failed upgrade, with the server's error frame if
+// it answered with one.
+func dialError(url string, resp *http.Response, err error) error {
+	if resp == nil {
+		return fmt.Errorf("client: dial %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	var f struct {
+		Code    core.Code `json:"code"`
+		Message string    `json:"message"`
+	}
+	if json.Unmarshal(body, &f) == nil && f.Code != "" {
+		return fmt.Errorf("client: dial %s: HTTP %s: %s: %s", url, resp.Status, f.Code, f.Message)
+	}
+	return fmt.Errorf("client: dial %s: HTTP %s: %w", url, resp.Status, err)
+}
+
+// readLoop reads and decodes frames into the queue until the connection
+// ends. It never waits for the handlers.
+func (s *session) readLoop() {
+	defer close(s.readerDone)
+	ws := s.ws
+	extend := func() { _ = ws.SetReadDeadline(time.Now().Add(readTimeout)) }
+	ws.SetPongHandler(func(string) error { extend(); return nil })
+	ws.SetPingHandler(func(data string) error {
+		extend()
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeTimeout))
+		var ne net.Error
+		if err == websocket.ErrCloseSent || errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
+	})
+	for {
+		mt, data, err := ws.ReadMessage()
+		if err != nil {
+			s.endMu.Lock()
+			s.readErr = err
+			s.endMu.Unlock()
+			s.q.close()
+			return
+		}
+		extend()
+		if mt != websocket.TextMessage {
+			s.protocolError(nil, errors.New("the server sent a binary message; frames are JSON text"))
+			return
+		}
+		f, err := core.DecodeServerFrame(data)
+		if err != nil {
+			s.protocolError(nil, err)
+			return
+		}
+		s.q.push(f)
+	}
+}
+
+// keepalive pings the server so a dead connection is noticed by the read
+// deadline.
+func (s *session) keepalive() {
+	defer s.wg.Done()
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			if err := s.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
+				s.abort(fmt.Errorf("client: ping: %w", err), false)
+				return
+			}
+		}
+	}
+}
+
+// abort ends the session from this side: queued frames are discarded and
+// the connection is cut. The first reason is kept.
+func (s *session) abort(reason error, fault bool) {
+	s.endMu.Lock()
+	if s.reason == nil {
+		s.reason, s.fault = reason, fault
+	}
+	s.endMu.Unlock()
+	s.q.abort()
+	_ = s.ws.Close()
+}
+
+// finish tears the session down once loop has returned.
+func (s *session) finish() {
+	s.abort(errors.New("client: connection closed"), false)
+	<-s.readerDone
+	s.end()
+	c := s.c
+	c.mu.Lock()
+	if c.sess == s {
+		c.sess = nil
+	}
+	for id, inst := range s.ids {
+		if inst.st.inst == inst {
+			inst.st.inst = nil
+		}
+		delete(s.ids, id)
+	}
+	s.ready = false
+	timers := s.timers
+	s.timers = nil
+	c.mu.Unlock()
+	for _, t := range timers {
+		if t.Stop() {
+			s.wg.Done()
+		}
+	}
+	s.wg.Wait()
+}
+
+// write sends one client frame.
+func (s *session) write(f core.ClientFrame) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.writeLocked(f)
+}
+
+func (s *session) writeLocked(f core.ClientFrame) error {
+	data, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	if err := s.pace.wait(s.ctx); err != nil {
+		return err
+	}
+	_ = s.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := s.ws.WriteMessage(websocket.TextMessage, data); err != nil {
+		s.abort(fmt.Errorf("client: write %s: %w", f.Type, err), false)
+		return err
+	}
+	return nil
+}
+
+// loop handles frames in arrival order until the session ends.
+func (s *session) loop(ctx context.Context) {
+	for {
+		f, ok := s.q.pop(ctx)
+		if !ok {
+			return
+		}
+		s.handle(ctx, f)
+	}
+}
+
+func (s *session) handle(ctx context.Context, f core.ServerFrame) {
+	c := s.c
+	switch f.Type {
+	case core.FrameWelcome:
+		if s.welcomed {
+			return
+		}
+		s.welcomed = true
+		if f.Limits != nil {
+			s.wmu.Lock()
+			s.pace.adopt(f.Limits.FrameRate, f.Limits.FrameBurst)
+			s.wmu.Unlock()
+		}
+		s.subscribeAll(ctx)
+		c.log.Info("tide client: connected", "build", f.Build)
+		c.emit(Event{Kind: EventConnected, Build: f.Build})
+	case core.FrameChanges, core.FrameCaughtUp, core.FrameReset:
+		if inst := s.lookup(f.ID); inst != nil {
+			s.apply(ctx, inst, f)
+		} else {
+			c.log.Debug("tide client: ignoring a frame for a subscription not held", "type", f.Type, "id", f.ID)
+		}
+	case core.FrameError:
+		s.serverError(ctx, f)
+	case core.FrameUpdateAvailable:
+		c.log.Info("tide client: update available", "build", f.Build)
+		c.emit(Event{Kind: EventUpdateAvailable, Build: f.Build})
+	case core.FrameRefreshToken:
+		s.refreshToken(f)
+	default:
+		// Unknown informational frames are ignored (protocol: unknown
+		// fields and new frame types must not break old clients).
+	}
+}
+
+// lookup returns the subscription the id names on this connection, or nil.
+func (s *session) lookup(id string) *subInst {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.ids[id]
+}
+
+// current reports whether inst is still held: not unsubscribed, not ended
+// by the server, not of an ended connection. The caller holds c.mu.
+func (s *session) currentLocked(inst *subInst) bool {
+	return s.ids[inst.id] == inst && !inst.st.removed
+}
+
+// subscribeAll subscribes every declared scope once welcome arrived.
+func (s *session) subscribeAll(ctx context.Context) {
+	c := s.c
+	c.mu.Lock()
+	s.ready = true
+	scopes := c.declaredLocked()
+	c.mu.Unlock()
+	for _, st := range scopes {
+		s.subscribe(ctx, st)
+	}
+}
+
+// subscribe subscribes st on this connection with its stored cursor and a
+// fresh id, unless it is already subscribed here, was unsubscribed, or the
+// connection is not (or no longer) the welcomed current one.
+func (s *session) subscribe(ctx context.Context, st *scopeState) {
+	c := s.c
+	cursor, err := c.storedCursor(context.WithoutCancel(ctx), st)
+	if err != nil {
+		s.storeError(st, err)
+		return
+	}
+	s.wmu.Lock() // held across registration and write, so an Unsubscribe's frame follows this one
+	defer s.wmu.Unlock()
+	c.mu.Lock()
+	if c.sess != s || !s.ready || st.removed || st.inst != nil || c.scopes[st.norm.digest] != st {
+		c.mu.Unlock()
+		return
+	}
+	c.nextID++
+	inst := &subInst{st: st, sess: s, id: strconv.FormatUint(c.nextID, 10), needReset: cursor == ""}
+	s.ids[inst.id] = inst
+	st.inst = inst
+	c.mu.Unlock()
+	c.log.Debug("tide client: subscribe", "scope", st.scope, "id", inst.id, "cursor", cursor)
+	_ = s.writeLocked(core.ClientFrame{
+		V: core.ProtocolVersion, Type: core.FrameSubscribe, ID: inst.id,
+		Resource: st.norm.resource, Conditions: st.norm.condMap, Cursor: cursor,
+	})
+}
+
+// release forgets inst on this connection (the server ended it).
+func (s *session) releaseLocked(inst *subInst) {
+	delete(s.ids, inst.id)
+	if inst.st.inst == inst {
+		inst.st.inst = nil
+	}
+}
+
+// serverError handles an error frame.
+func (s *session) serverError(ctx context.Context, f core.ServerFrame) {
+	c := s.c
+	ev := Event{Kind: EventServerError, SubscriptionID: f.ID, Code: f.Code, Message: f.Message}
+	if f.ID == "" {
+		c.log.Warn("tide client: server error", "code", f.Code, "message", f.Message)
+		c.emit(ev)
+		return
+	}
+	c.mu.Lock()
+	inst := s.ids[f.ID]
+	if inst != nil {
+		s.releaseLocked(inst)
+	}
+	c.mu.Unlock()
+	if inst == nil {
+		// An error for a subscription no longer held, e.g. the answer to
+		// unsubscribing one the server had already ended.
+		c.log.Debug("tide client: server error for a subscription not held", "id", f.ID, "code", f.Code)
+		c.emit(ev)
+		return
+	}
+	st := inst.st
+	ev.Scope = st.scope
+	declared := func() bool { return !st.removed && c.scopes[st.norm.digest] == st }
+	c.log.Warn("tide client: subscription refused or ended by the server", "scope", st.scope, "code", f.Code, "message", f.Message)
+	switch f.Code {
+	case core.CodeInvalidCursor:
+		err := c.persist(context.WithoutCancel(ctx), st, declared, func(r *Record) bool {
+			r.Cursor, r.State = "", StateSyncing
+			return true
+		})
+		if err != nil {
+			s.storeError(st, err)
+			return
+		}
+		s.subscribe(ctx, st)
+	case core.CodeUnavailable, core.CodeInternal, core.CodeRateLimited, core.CodeDraining, core.CodeDuplicateSub:
+		s.retryLater(st)
+	default:
+		err := c.persist(context.WithoutCancel(ctx), st, declared, func(r *Record) bool {
+			if r.State == StateFailed {
+				return false
+			}
+			r.State = StateFailed
+			return true
+		})
+		if err != nil {
+			s.storeError(st, err)
+		}
+	}
+	c.emit(ev)
+}
+
+// retryLater resubscribes st on this connection after a backoff that grows
+// with its consecutive failures.
+func (s *session) retryLater(st *scopeState) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess != s || !s.ready {
+		return // the next connection subscribes it
+	}
+	d := backoff(st.retries, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	st.retries++
+	s.wg.Add(1)
+	s.timers = append(s.timers, time.AfterFunc(d, func() {
+		defer s.wg.Done()
+		s.subscribe(s.ctx, st)
+	}))
+}
+
+// refreshToken answers refresh-token with a fresh token from Config.Token.
+func (s *session) refreshToken(f core.ServerFrame) {
+	c := s.c
+	if c.cfg.Token == nil {
+		c.log.Warn("tide client: the server asks for a fresh token but Config.Token is not set", "expires_in", f.ExpiresIn)
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		tok, err := c.cfg.Token(s.ctx)
+		if err != nil {
+			c.log.Error("tide client: token refresh failed", "err", err)
+			c.emit(Event{Kind: EventTokenError, Err: err})
+			return
+		}
+		if err := s.write(core.ClientFrame{V: core.ProtocolVersion, Type: core.FrameRefresh, Token: tok}); err != nil {
+			return
+		}
+		c.emit(Event{Kind: EventTokenRefreshed})
+	}()
+}
+
+// protocolError reports a server frame the client cannot use and drops
+// the connection.
+func (s *session) protocolError(st *scopeState, err error) {
+	ev := Event{Kind: EventProtocolError, Err: err}
+	if st != nil {
+		ev.Scope = st.scope
+	}
+	s.c.log.Error("tide client: protocol error; dropping the connection", "err", err)
+	s.abort(fmt.Errorf("client: protocol error: %w", err), true)
+	s.c.emit(ev)
+}
+
+// storeError reports a CursorStore failure and drops the connection, so
+// nothing is applied that is not recorded.
+func (s *session) storeError(st *scopeState, err error) {
+	s.c.log.Error("tide client: cursor store failed; dropping the connection", "scope", st.scope, "err", err)
+	s.abort(fmt.Errorf("client: cursor store: %w", err), true)
+	s.c.emit(Event{Kind: EventStoreError, Scope: st.scope, Err: err})
+}

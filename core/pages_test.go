@@ -1,0 +1,116 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/feed"
+)
+
+type filtered struct {
+	ID    string `tide:"id,pk"`
+	Org   string `tide:"org,scope"`
+	Owner string `tide:"owner"`
+}
+
+func change(t *testing.T, op feed.Op, row filtered, origin string) feed.Change {
+	t.Helper()
+	key, js, err := EncodeRow(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return feed.Change{Pos: 1, Resource: "docs", Op: op, Key: key, Scope: []string{row.Org}, Row: js, Origin: origin}
+}
+
+// TestEntryForFanOutCost: without a filter, what a subscriber receives is the
+// shared encoding, with no allocation; with one, the row is decoded once per
+// change however many subscribers check it, and checking allocates nothing.
+func TestEntryForFanOutCost(t *testing.T) {
+	e := newTestEngine(t)
+	plain, err := Register(e, Resource[filtered]{Name: "plain", Table: "plain", Authorize: authz.Allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	owned, err := Register(e, Resource[filtered]{Name: "docs", Table: "docs", Authorize: authz.Allow,
+		Filter: func(p authz.Principal, r *filtered) bool { calls++; return r.Owner == p.ID }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decodes := 0
+	decode := owned.res.filter.decode
+	owned.res.filter.decode = func(row json.RawMessage) (any, error) { decodes++; return decode(row) }
+
+	c := change(t, feed.OpUpsert, filtered{"d1", "o1", "u3"}, "dev-9")
+	enc := encodeEntries(&c)
+	p := authz.Principal{ID: "u1", Claims: map[string]any{"x": "y"}}
+	if n := testing.AllocsPerRun(100, func() { plain.res.entryFor(p, &c, &enc) }); n != 0 {
+		t.Fatalf("no filter: %v allocations per subscriber", n)
+	}
+	for i := 0; i < 100; i++ {
+		got := owned.res.entryFor(authz.Principal{ID: fmt.Sprintf("u%d", i)}, &c, &enc)
+		want := `{"op":"delete","key":"d1"}`
+		if i == 3 {
+			want = string(enc.upsert)
+		}
+		if string(got) != want {
+			t.Fatalf("subscriber u%d got %s, want %s", i, got, want)
+		}
+	}
+	if decodes != 1 || calls != 100 {
+		t.Fatalf("%d decodes and %d filter calls for 100 subscribers", decodes, calls)
+	}
+	if n := testing.AllocsPerRun(100, func() { owned.res.entryFor(p, &c, &enc) }); n != 0 {
+		t.Fatalf("with a filter: %v allocations per subscriber", n)
+	}
+}
+
+// TestEntryForRules is the table of what a subscriber receives of a change
+// under a row filter.
+func TestEntryForRules(t *testing.T) {
+	e := newTestEngine(t)
+	tbl, err := Register(e, Resource[filtered]{Name: "docs", Table: "docs", Authorize: authz.Allow,
+		Filter: func(p authz.Principal, r *filtered) bool {
+			if r.Owner == "panic" {
+				panic("filter bug")
+			}
+			return r.Owner == p.ID
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tbl.res
+	me := authz.Principal{ID: "me"}
+	mine, theirs := filtered{"d1", "o1", "me"}, filtered{"d1", "o1", "them"}
+	for _, tt := range []struct {
+		name     string
+		c        feed.Change
+		snapshot bool
+		want     string
+	}{
+		{"visible upsert", change(t, feed.OpUpsert, mine, "dev"), false, `{"op":"upsert","key":"d1","row":{"id":"d1","org":"o1","owner":"me"},"origin":"dev"}`},
+		{"hidden upsert: a delete without origin", change(t, feed.OpUpsert, theirs, "dev"), false, `{"op":"delete","key":"d1"}`},
+		{"hidden snapshot row: nothing", change(t, feed.OpUpsert, theirs, ""), true, ``},
+		{"visible snapshot row", change(t, feed.OpUpsert, mine, ""), true, `{"op":"upsert","key":"d1","row":{"id":"d1","org":"o1","owner":"me"}}`},
+		{"delete of a visible row", change(t, feed.OpDelete, mine, "dev"), false, `{"op":"delete","key":"d1","origin":"dev"}`},
+		{"delete of a hidden row: nothing", change(t, feed.OpDelete, theirs, "dev"), false, ``},
+		{"delete without old row: a delete", feed.Change{Op: feed.OpDelete, Key: "d1", Origin: "dev"}, false, `{"op":"delete","key":"d1"}`},
+		{"undecodable row: hidden", feed.Change{Op: feed.OpUpsert, Key: "d1", Row: json.RawMessage(`{"owner":7}`)}, false, `{"op":"delete","key":"d1"}`},
+		{"filter panics: hidden", change(t, feed.OpUpsert, filtered{"d1", "o1", "panic"}, ""), false, `{"op":"delete","key":"d1"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, shared := range []bool{false, true} {
+				var enc *entryBytes
+				if shared {
+					eb := encodeEntries(&tt.c)
+					enc = &eb
+				}
+				if got := string(r.see(me, &tt.c, enc, tt.snapshot)); got != tt.want {
+					t.Fatalf("shared=%v: got %s, want %s", shared, got, tt.want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,153 @@
+package core
+
+import (
+	"context"
+	"reflect"
+
+	"github.com/tidesync/tide/authz"
+)
+
+// Revoke ends, now, every connection of the principal with this id: each
+// gets an error frame "unauthenticated" ("access revoked") and a close with
+// 1008, and nothing of its subscriptions is written after Revoke returns,
+// not even frames already queued (a frame the socket is writing at that
+// moment still completes). It returns the number of connections ended.
+//
+// If the engine's token verifier implements TokenRevoker (authz.Keyring
+// does), the principal's tokens issued until now are refused from now on,
+// so a client cannot come back with the token it holds. A cookie session is
+// the app's: invalidate it before calling Revoke, or the client reconnects
+// with it. Revoke acts on this engine only; with several nodes, call it on
+// each. An empty id (anonymous) is ignored. Safe for concurrent use.
+func (e *Engine) Revoke(principalID string) int {
+	if principalID == "" {
+		return 0
+	}
+	if r, ok := e.cfg.Tokens.(TokenRevoker); ok {
+		r.RevokePrincipal(principalID)
+	}
+	// A hello verifying a token right now may not be visible to the scan
+	// below; it sees the count change and verifies its token again.
+	e.auth.revokes.Add(1)
+	conns := e.connsOf(principalID)
+	for _, c := range conns {
+		c.revoke()
+	}
+	return len(conns)
+}
+
+// Reauthorize runs the resource policies again for every active
+// subscription of the principal with this id (as it is now: a refreshed
+// token's claims and grants count) and ends each one that is now denied with
+// an error frame carrying the subscription's id: "forbidden" or
+// "unauthenticated", or "unavailable" if the policy failed (tide fails
+// closed; the client retries with backoff). Connections stay open.
+//
+// Policies run once per subscribe; call Reauthorize when data a policy
+// reads changes, such as a membership removed from the database. It blocks
+// while the policies run and returns the number of subscriptions ended; if
+// ctx ends first it returns ctx's error, leaving the subscriptions not yet
+// checked as they were. An empty id re-checks anonymous connections.
+func (e *Engine) Reauthorize(ctx context.Context, principalID string) (int, error) {
+	ended := 0
+	for _, c := range e.connsOf(principalID) {
+		n, err := c.reauthorize(ctx)
+		ended += n
+		if err != nil {
+			return ended, err
+		}
+	}
+	return ended, nil
+}
+
+// connsOf returns the open connections of a principal.
+func (e *Engine) connsOf(principalID string) []*conn {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var out []*conn
+	for c := range e.conns {
+		if c.currentPrincipal().ID == principalID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// revoke ends the connection's subscriptions, drops what is queued for it,
+// and closes it with 1008 after an error frame.
+func (c *conn) revoke() {
+	c.mu.Lock()
+	if c.closing || c.out.closeQueued {
+		c.mu.Unlock()
+		return
+	}
+	subs := make([]*subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.subs = map[string]*subscription{}
+	// Drop the queue, but keep counting the bytes the writer may hold: it
+	// subtracts them when its write ends.
+	n := 0
+	for _, it := range c.out.items {
+		n += len(it.data)
+	}
+	clear(c.out.items)
+	c.out.items = c.out.items[:0]
+	c.out.bytes -= n
+	c.out.wake()
+	c.mu.Unlock()
+	c.e.stats.subscriptions.Add(int64(-len(subs)))
+	for _, s := range subs {
+		s.close() // the writer skips live entries of closed subscriptions
+	}
+	c.sendError("", errorf(CodeUnauthenticated, "access revoked"))
+	c.closeAfterFlush(ClosePolicy, "access revoked")
+}
+
+// reauthorize re-runs the policy of each of the connection's subscriptions
+// for its current principal and ends those now denied.
+func (c *conn) reauthorize(ctx context.Context) (int, error) {
+	p := c.currentPrincipal()
+	c.mu.Lock()
+	subs := make([]*subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	ended := 0
+	for _, s := range subs {
+		if s.isClosed() {
+			continue
+		}
+		err := s.res.authorize(ctx, p, s.scope)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ended, ctx.Err()
+		}
+		if s.isClosed() {
+			continue
+		}
+		c.failSub(s, err)
+		ended++
+	}
+	return ended, nil
+}
+
+// reauthorizeLater re-checks the connection's subscriptions on a goroutine
+// the engine owns; refresh uses it so the reader never waits on a policy.
+func (c *conn) reauthorizeLater() {
+	c.e.wg.Add(1)
+	go func() {
+		defer c.e.wg.Done()
+		_, _ = c.reauthorize(c.e.ctx)
+	}()
+}
+
+// samePrincipal reports whether a refreshed principal decides exactly as
+// the previous one, so its subscriptions need no new check.
+func samePrincipal(a, b authz.Principal) bool {
+	return a.ID == b.ID && reflect.DeepEqual(a.Claims, b.Claims) && reflect.DeepEqual(a.Grants, b.Grants)
+}

@@ -1,0 +1,322 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/middleware"
+)
+
+type todo struct {
+	ID        string `tide:"id,pk"`
+	ProjectID string `tide:"project_id,scope"`
+	Title     string `tide:"title"`
+}
+
+// sessionPrincipal stands in for an app's session middleware: the cookie
+// "session" names the user, who belongs to project p7.
+func sessionPrincipal(r *http.Request) (authz.Principal, error) {
+	c, err := r.Cookie("session")
+	if err != nil {
+		return authz.Anonymous, nil
+	}
+	return authz.Principal{ID: c.Value, Claims: map[string]any{"projects": []string{"p7"}}}, nil
+}
+
+type env struct {
+	e   *core.Engine
+	kr  *authz.Keyring
+	srv *httptest.Server
+	ws  string // ws:// URL of the WebSocket endpoint
+}
+
+func newEnv(t *testing.T, opts ...middleware.Option) *env {
+	t.Helper()
+	kr, err := authz.NewKeyring(authz.KeyringConfig{Current: authz.Key{ID: "k1", Secret: bytes.Repeat([]byte{1}, 32)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := core.New(core.Config{Tokens: kr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := core.Register(e, core.Resource[todo]{Table: "todos", Authorize: authz.RequireClaim("project_id", "projects")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Upsert(context.Background(), todo{"t1", "p7", "secret"}); err != nil {
+		t.Fatal(err)
+	}
+	app := http.NewServeMux()
+	app.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "app") })
+	opts = append([]middleware.Option{middleware.WithPrincipal(sessionPrincipal), middleware.WithTokenEndpoint(kr)}, opts...)
+	srv := httptest.NewServer(middleware.Middleware(e, opts...)(app))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx)
+		srv.Close()
+	})
+	return &env{e: e, kr: kr, srv: srv, ws: "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"}
+}
+
+// dial upgrades with the session cookie and the given Origin ("" for none).
+func (v *env) dial(origin string) (*websocket.Conn, *http.Response, error) {
+	h := http.Header{"Cookie": {"session=alice"}}
+	if origin != "" {
+		h.Set("Origin", origin)
+	}
+	ws, resp, err := websocket.DefaultDialer.Dial(v.ws, h)
+	if err == nil {
+		ws.SetReadDeadline(time.Now().Add(20 * time.Second)) // bounds a broken test only
+	}
+	return ws, resp, err
+}
+
+func readFrame(t *testing.T, ws *websocket.Conn) core.ServerFrame {
+	t.Helper()
+	_, data, err := ws.ReadMessage()
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	f, err := core.DecodeServerFrame(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// subscribeP7 proves the connection speaks for alice: her project's row
+// arrives.
+func subscribeP7(t *testing.T, ws *websocket.Conn, hello string) {
+	t.Helper()
+	for _, f := range []string{hello, `{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`} {
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := readFrame(t, ws); f.Type != core.FrameWelcome {
+		t.Fatalf("got %+v", f)
+	}
+	if f := readFrame(t, ws); f.Type != core.FrameChanges || len(f.Entries) != 1 || f.Entries[0].Key != "t1" {
+		t.Fatalf("got %+v", f)
+	}
+}
+
+func errorBody(t *testing.T, resp *http.Response) core.ServerFrame {
+	t.Helper()
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	f, err := core.DecodeServerFrame(body)
+	if err != nil || f.Type != core.FrameError {
+		t.Fatalf("body %q is not an error frame (%v)", body, err)
+	}
+	return f
+}
+
+// TestCrossOriginUpgrade: a page on another site cannot open a socket with
+// the user's cookie (cross-site WebSocket hijacking), unless the app lists
+// its origin.
+func TestCrossOriginUpgrade(t *testing.T) {
+	v := newEnv(t)
+	host := strings.TrimPrefix(v.srv.URL, "http://")
+
+	_, resp, err := v.dial("https://evil.example")
+	if err == nil {
+		t.Fatal("a cross-origin upgrade with the session cookie was accepted")
+	}
+	if resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("got %v, %v", resp, err)
+	}
+	if f := errorBody(t, resp); f.Code != core.CodeForbidden {
+		t.Fatalf("error %+v", f)
+	}
+	for _, origin := range []string{"null", "http://" + host + ".evil.example", "http://evil.example/" + host} {
+		if _, resp, err := v.dial(origin); err == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("origin %q: %v", origin, err)
+		}
+	}
+
+	// Same origin, and non-browser clients (no Origin header), are served.
+	for _, origin := range []string{"http://" + host, "HTTP://" + strings.ToUpper(host), ""} {
+		ws, _, err := v.dial(origin)
+		if err != nil {
+			t.Fatalf("origin %q refused: %v", origin, err)
+		}
+		subscribeP7(t, ws, `{"v":1,"type":"hello"}`)
+		ws.Close()
+	}
+
+	// The app allows its front end's origin.
+	v = newEnv(t, middleware.WithAllowedOrigins("https://app.example", "http://localhost:5173/"))
+	for _, origin := range []string{"https://app.example", "https://APP.example:443", "http://localhost:5173"} {
+		ws, _, err := v.dial(origin)
+		if err != nil {
+			t.Fatalf("allowed origin %q refused: %v", origin, err)
+		}
+		subscribeP7(t, ws, `{"v":1,"type":"hello"}`)
+		ws.Close()
+	}
+	for _, origin := range []string{"http://app.example", "https://app.example:8443", "https://evil.example"} {
+		if _, resp, err := v.dial(origin); err == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("origin %q: %v", origin, err)
+		}
+	}
+}
+
+func TestWithAllowedOriginsPanicsOnMalformed(t *testing.T) {
+	for _, bad := range []string{"app.example", "https://app.example/path", "https://u@app.example", ""} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%q accepted", bad)
+				}
+			}()
+			middleware.Handler(nil, middleware.WithAllowedOrigins(bad))
+		}()
+	}
+}
+
+// TestCrossOriginPoll: the polling endpoint is as safe as the socket.
+func TestCrossOriginPoll(t *testing.T) {
+	v := newEnv(t)
+	poll := func(origin string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, v.srv.URL+"/tide/changes",
+			strings.NewReader(`{"v":1,"resource":"todos","conditions":{"project_id":"p7"}}`))
+		req.Header.Set("Cookie", "session=alice")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := poll("https://evil.example")
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin poll: %d", resp.StatusCode)
+	}
+	if f := errorBody(t, resp); f.Code != core.CodeForbidden {
+		t.Fatalf("error %+v", f)
+	}
+	for _, origin := range []string{"", v.srv.URL} {
+		resp := poll(origin)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"t1"`) {
+			t.Fatalf("origin %q: %d %s", origin, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestTokenEndpoint: the endpoint mints a token for the session's user;
+// the token opens a socket with no cookie at all.
+func TestTokenEndpoint(t *testing.T) {
+	v := newEnv(t, middleware.WithTokenTTL(2*time.Minute))
+	post := func(cookie, origin string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, v.srv.URL+"/tide/token", nil)
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	resp := post("", "")
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("anonymous: %d", resp.StatusCode)
+	}
+	if f := errorBody(t, resp); f.Code != core.CodeUnauthenticated {
+		t.Fatalf("anonymous: %+v", f)
+	}
+	if resp := post("session=alice", "https://evil.example"); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin: %d", resp.StatusCode)
+	}
+	get, err := http.Get(v.srv.URL + "/tide/token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if get.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d", get.StatusCode)
+	}
+
+	resp = post("session=alice", v.srv.URL)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("status %d, Cache-Control %q", resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
+	var tr middleware.TokenResponse
+	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if tr.ExpiresIn != 120 || tr.Token == "" {
+		t.Fatalf("response %+v", tr)
+	}
+	tok, err := v.kr.Parse(tr.Token)
+	if err != nil || tok.Principal.ID != "alice" || !tok.Expiry.Equal(tr.ExpiresAt) {
+		t.Fatalf("token %+v (%v)", tok, err)
+	}
+
+	ws, _, err := websocket.DefaultDialer.Dial(v.ws, nil) // no cookie
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+	b, _ := json.Marshal(tr.Token)
+	subscribeP7(t, ws, `{"v":1,"type":"hello","token":`+string(b)+`}`)
+
+	// The app's own routes are untouched.
+	r, err := http.Get(v.srv.URL + "/tide/elsewhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if string(body) != "app" {
+		t.Fatalf("app route answered %q", body)
+	}
+}
+
+// TestTokenHandlerGrants: a standalone token handler restricts its tokens
+// with WithTokenGrants.
+func TestTokenHandlerGrants(t *testing.T) {
+	kr, _ := authz.NewKeyring(authz.KeyringConfig{Current: authz.Key{ID: "k", Secret: bytes.Repeat([]byte{9}, 32)}})
+	h := middleware.TokenHandler(kr, middleware.WithPrincipal(sessionPrincipal),
+		middleware.WithTokenGrants(func(r *http.Request, p authz.Principal) ([]authz.Grant, error) {
+			return []authz.Grant{{Resource: "todos", Conditions: map[string][]string{"project_id": {"p7"}}}}, nil
+		}))
+	req := httptest.NewRequest(http.MethodPost, "/anywhere", nil)
+	req.Header.Set("Cookie", "session=bob")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var tr middleware.TokenResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &tr); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if tr.ExpiresIn != int(middleware.DefaultTokenTTL/time.Second) {
+		t.Fatalf("default TTL: %d", tr.ExpiresIn)
+	}
+	tok, err := kr.Parse(tr.Token)
+	if err != nil || tok.Principal.ID != "bob" || len(tok.Principal.Grants) != 1 || tok.Principal.Grants[0].Resource != "todos" {
+		t.Fatalf("%+v %v", tok, err)
+	}
+}

@@ -1,0 +1,87 @@
+package middleware
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+)
+
+// TokenResponse is the body of a successful token request.
+type TokenResponse struct {
+	Token     string    `json:"token"`      // send it in hello, or in refresh when asked
+	ExpiresAt time.Time `json:"expires_at"` // RFC 3339
+	ExpiresIn int       `json:"expires_in"` // seconds from now
+}
+
+// TokenHandler returns a handler that mints a short-lived channel token for
+// the caller, signed by kr. Mount it behind the app's own session
+// middleware, so the principal hook (WithPrincipal, or authz.FromContext)
+// finds the logged-in user; WithTokenEndpoint mounts it at
+// POST <prefix>/token instead.
+//
+//	POST /tide/token  →  200 {"token":"tide1.…","expires_at":"…","expires_in":600}
+//
+// Only POST is served (405 otherwise), so a token is never cached or
+// fetched by a link; the origin check of WithAllowedOrigins applies (403
+// "forbidden"). An anonymous caller gets 401 with an error frame whose code
+// is "unauthenticated". Options used: WithPrincipal, WithAllowedOrigins,
+// WithCheckOrigin, WithTokenTTL, WithTokenGrants.
+func TokenHandler(kr *authz.Keyring, opts ...Option) http.Handler {
+	o := buildOptions(opts)
+	return &tokenHandler{kr: kr, o: &o}
+}
+
+type tokenHandler struct {
+	kr *authz.Keyring
+	o  *options
+}
+
+func (h *tokenHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, &core.Error{Code: core.CodeBadFrame, Message: "the token endpoint takes POST"})
+		return
+	}
+	if !h.o.originAllowed(r) {
+		refuseOrigin(w, r)
+		return
+	}
+	p, err := h.o.principal(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
+		return
+	}
+	if p.IsAnonymous() {
+		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: "log in to get a token"})
+		return
+	}
+	if h.o.tokenGrants != nil {
+		grants, err := h.o.tokenGrants(r, p)
+		if err != nil {
+			writeError(w, http.StatusForbidden, &core.Error{Code: core.CodeForbidden, Message: err.Error()})
+			return
+		}
+		p.Grants = grants
+	}
+	tok, t, err := h.kr.Mint(p, h.o.tokenTTL)
+	if errors.Is(err, authz.ErrUnauthenticated) { // revoked a moment ago
+		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, &core.Error{Code: core.CodeInternal, Message: "cannot mint a token: " + err.Error()})
+		return
+	}
+	body, _ := json.Marshal(TokenResponse{
+		Token:     tok,
+		ExpiresAt: t.Expiry.UTC(),
+		ExpiresIn: int(t.Expiry.Sub(t.IssuedAt) / time.Second),
+	})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(body)
+}
