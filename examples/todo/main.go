@@ -4,6 +4,13 @@
 //	go run ./examples/todo
 //
 // Open the printed URL in two tabs; an edit in one shows in the other.
+//
+// With DATABASE_URL set it runs on Postgres instead: it creates the todos
+// table if it is missing, installs tide's schema and capture (pgfeed's
+// Migrate, safe on every boot), and syncs the table, including rows changed
+// with plain SQL from psql:
+//
+//	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable go run ./examples/todo
 package main
 
 import (
@@ -23,8 +30,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/pgfeed"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -54,7 +64,22 @@ func run(addr string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	engine, err := core.New(core.Config{Logger: log})
+	cfg := core.Config{Logger: log} // the in-memory feed, unless DATABASE_URL is set
+	app := &app{idPrefix: "t"}
+	seed := true
+	if url := os.Getenv("DATABASE_URL"); url != "" {
+		pool, pf, empty, err := openPostgres(ctx, url, log)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		defer pf.Close()
+		cfg.Feed = pf
+		seed = empty
+		// Ids must not collide with the rows of earlier runs.
+		app.idPrefix = fmt.Sprintf("t%d-", time.Now().UnixMilli())
+	}
+	engine, err := core.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -62,9 +87,19 @@ func run(addr string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	app := &app{todos: todos}
-	if err := app.seed(ctx); err != nil {
-		return err
+	app.todos = todos
+	if pf, ok := cfg.Feed.(*pgfeed.Feed); ok {
+		// Install tide's schema and the capture of every resource: safe on
+		// every boot, and from several nodes at once.
+		if err := pf.Migrate(ctx, engine.Schemas()...); err != nil {
+			return err
+		}
+		pf.StartPruner()
+	}
+	if seed {
+		if err := app.seed(ctx); err != nil {
+			return err
+		}
 	}
 
 	mux := http.NewServeMux()
@@ -145,11 +180,42 @@ func projectMember(_ context.Context, r authz.Request) error {
 }
 
 type app struct {
-	todos *core.Table[Todo]
-	seq   atomic.Int64
+	todos    *core.Table[Todo]
+	idPrefix string
+	seq      atomic.Int64
 }
 
-func (a *app) newID() string { return fmt.Sprintf("t%d", a.seq.Add(1)) }
+func (a *app) newID() string { return fmt.Sprintf("%s%d", a.idPrefix, a.seq.Add(1)) }
+
+// openPostgres connects to url, creates the todos table if it is missing and
+// returns the pool, a Postgres feed on it, and whether the table was empty.
+func openPostgres(ctx context.Context, url string, log *slog.Logger) (*pgxpool.Pool, *pgfeed.Feed, bool, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS todos (
+  id text PRIMARY KEY,
+  project_id text NOT NULL,
+  title text NOT NULL,
+  done boolean NOT NULL DEFAULT false,
+  updated_at timestamptz NOT NULL DEFAULT now())`)
+	var empty bool
+	if err == nil {
+		err = pool.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM todos)").Scan(&empty)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, false, fmt.Errorf("create the todos table: %w", err)
+	}
+	pf, err := pgfeed.New(pool, pgfeed.Options{Logger: log})
+	if err != nil {
+		pool.Close()
+		return nil, nil, false, err
+	}
+	log.Info("using Postgres", "database", pool.Config().ConnConfig.Database)
+	return pool, pf, empty, nil
+}
 
 func (a *app) seed(ctx context.Context) error {
 	now := time.Now().UTC()

@@ -1,0 +1,28 @@
+package pgfeed_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feedtest"
+	"github.com/tidesync/tide/core/pgfeed"
+)
+
+// harness gives every subtest of the conformance suite a fresh schema with
+// the suite's tables and a tide schema of its own, so subtests run in
+// parallel.
+type harness struct{}
+
+func (harness) New(t *testing.T, schemas ...*feed.Schema) (feed.Feed, feed.Writer) {
+	f, _ := newFeed(t, pgfeed.Options{}, schemas...)
+	return f, f
+}
+
+func (harness) Prune(t *testing.T, f feed.Feed, through feed.Position) {
+	if _, err := f.(*pgfeed.Feed).PruneThrough(context.Background(), through); err != nil {
+		t.Fatalf("PruneThrough(%d): %v", through, err)
+	}
+}
+
+func TestConformance(t *testing.T) { feedtest.Run(t, harness{}) }

@@ -1,0 +1,80 @@
+// Package pgfeed is tide's Postgres change feed: it syncs an app's own
+// tables, however the app writes them (any ORM, any SQL, its own
+// transactions), without logical replication.
+//
+//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	feed, _ := pgfeed.New(pool, pgfeed.Options{}) // no I/O
+//	defer feed.Close()
+//	engine, _ := core.New(core.Config{Feed: feed})
+//	todos, _ := core.Register(engine, core.Resource[Todo]{Table: "todos", Authorize: policy})
+//	if err := feed.Migrate(ctx, engine.Schemas()...); err != nil { ... } // on every boot
+//	feed.StartPruner() // retention; Close stops it
+//
+// A write made for a client device carries its origin, so the device can
+// skip its echo:
+//
+//	tx, _ := pool.Begin(ctx)
+//	_ = pgfeed.WithOrigin(ctx, tx, core.OriginFrom(r.Context())) // SET LOCAL tide.origin
+//	_, _ = tx.Exec(ctx, "UPDATE todos SET done = true WHERE id = $1", id)
+//	_ = tx.Commit(ctx)
+//
+// # How it works
+//
+// Migrate creates tide's schema (Options.Schema, "tide" by default): the
+// change log table changes, its metadata, versioned in schema_migrations.
+// For each resource it installs a capture function and a deferred
+// constraint trigger on the resource's table (AFTER INSERT OR UPDATE OR
+// DELETE, DEFERRABLE INITIALLY DEFERRED, FOR EACH ROW), so the capture runs
+// when the writer's transaction commits, inside it. The capture takes a
+// transaction-level advisory lock, then appends the change with the next
+// value of a sequence as its position, and notifies the feed's channel.
+//
+// Postgres releases a transaction's locks only after the transaction has
+// become visible to other sessions (or has aborted). So the transaction that
+// takes position N+1 can only do so once the one holding N is visible or
+// gone: in any snapshot, the visible positions are a prefix of the
+// numbering (with harmless gaps left by aborted transactions). The head is
+// the largest visible position, and a reader that has seen position p will
+// never later see a change at or below p. That is the commit order tide's
+// cursors need; a sequence value taken at insert time would not be one.
+//
+// The cost: synced commits are serialized through the lock, including the
+// commit's WAL flush, so their rate is bounded by one commit at a time
+// (docs/performance.md has the figures). Writes to tables that are not
+// synced are unaffected.
+//
+// # Guarantees
+//
+//   - Commit-ordered, gap-free positions: once Head or a read has returned
+//     position p, no change at or below p appears later.
+//   - Capture in the writer's transaction: a change commits or rolls back
+//     with the write. Deletes are tombstones carrying the old scope and row;
+//     an update that changes a scope column (or the key) is a delete of the
+//     old row in its old scope followed by an upsert of the new one, at
+//     consecutive positions. TRUNCATE of a synced table is refused, since it
+//     could not be captured row by row.
+//   - Rows are rendered identically by the capture and by snapshots: JSON
+//     objects of the declared columns, times as RFC 3339 in UTC with
+//     microseconds (timestamp without time zone is taken as UTC), bytea as
+//     base64. Keys and scope values are Postgres's text output of the column,
+//     which is tide's canonical text for text, integer and boolean columns.
+//   - Replay queries are built only from declared scope columns and bound
+//     parameters, and read the change log through a per-resource, per-scope
+//     column index. A snapshot page is one statement that reads the rows and
+//     the head together, so it is exactly the state at the position it
+//     reports.
+//   - One Tail query per wake-up serves a whole node: it wakes on
+//     LISTEN/NOTIFY and polls every Options.PollInterval as a fallback, and
+//     reconnects its listening connection (reading once after every
+//     reconnect) when it drops.
+//   - Retention never opens a silent gap: the floor and the pruned changes
+//     commit together, and every read checks the floor in the statement
+//     that reads the changes; a cursor below it yields
+//     feed.ErrCursorExpired (a reset and a fresh snapshot for the client).
+//   - Changing a resource's table, key, scope or columns moves its floor at
+//     the next Migrate, so cursors from before get a reset instead of
+//     changes they would misread.
+//
+// Defaults: schema "tide", poll every 1 s, keep changes for 7 days and at
+// most 10,000,000 of them, prune every minute (when StartPruner runs).
+package pgfeed

@@ -1,0 +1,109 @@
+package pgfeed_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/core/pgfeed"
+)
+
+// sqlType is the column type the tests create for a kind.
+func sqlType(k feed.Kind) string {
+	switch k {
+	case feed.KindString:
+		return "text"
+	case feed.KindInt:
+		return "bigint"
+	case feed.KindUint:
+		return "numeric(20)"
+	case feed.KindFloat:
+		return "double precision"
+	case feed.KindBool:
+		return "boolean"
+	case feed.KindTime:
+		return "timestamptz"
+	case feed.KindBytes:
+		return "bytea"
+	case feed.KindJSON:
+		return "jsonb"
+	}
+	panic("unknown kind")
+}
+
+// createTable creates the table of s in the pool's schema.
+func createTable(t testing.TB, pool *pgxpool.Pool, s *feed.Schema) {
+	t.Helper()
+	var cols []string
+	for i, c := range s.Columns {
+		def := pgx.Identifier{c.Name}.Sanitize() + " " + sqlType(c.Kind)
+		switch {
+		case i == s.Key:
+			def += " PRIMARY KEY"
+		case !c.Nullable:
+			def += " NOT NULL"
+		}
+		cols = append(cols, def)
+	}
+	ddl := "CREATE TABLE " + pgx.Identifier(strings.Split(s.Table, ".")).Sanitize() + " (" + strings.Join(cols, ", ") + ")"
+	if _, err := pool.Exec(context.Background(), ddl); err != nil {
+		t.Fatalf("create table %s: %v", s.Table, err)
+	}
+}
+
+// newFeed makes a migrated feed over a fresh schema holding the tables of
+// schemas, with its own tide schema. It returns the feed and the pool.
+func newFeed(t testing.TB, opts pgfeed.Options, schemas ...*feed.Schema) (*pgfeed.Feed, *pgxpool.Pool) {
+	t.Helper()
+	pool, name := testenv.PostgresSchema(t)
+	return newFeedOn(t, pool, name, opts, schemas...), pool
+}
+
+func newFeedOn(t testing.TB, pool *pgxpool.Pool, name string, opts pgfeed.Options, schemas ...*feed.Schema) *pgfeed.Feed {
+	t.Helper()
+	for _, s := range schemas {
+		createTable(t, pool, s)
+	}
+	return migrated(t, pool, name, opts, schemas...)
+}
+
+// migrated makes a migrated feed over existing tables.
+func migrated(t testing.TB, pool *pgxpool.Pool, name string, opts pgfeed.Options, schemas ...*feed.Schema) *pgfeed.Feed {
+	t.Helper()
+	if opts.Schema == "" {
+		opts.Schema = name + "_tide"
+	}
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
+	f, err := pgfeed.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.Migrate(ctx, schemas...); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return f
+}
+
+// testLogger logs warnings and errors through t.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

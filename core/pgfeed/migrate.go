@@ -1,0 +1,252 @@
+package pgfeed
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// migration is one versioned step of tide's own schema. Steps are applied in
+// order, each in its own transaction together with its row in
+// schema_migrations, and never edited once released: a change is a new step.
+type migration struct {
+	version int
+	stmts   func(n names) []string
+}
+
+var migrations = []migration{
+	{1, func(n names) []string {
+		return []string{
+			`CREATE TABLE ` + n.meta + ` (
+  id int PRIMARY KEY CHECK (id = 1),
+  epoch text NOT NULL,
+  floor bigint NOT NULL DEFAULT 0,
+  created_at timestamptz NOT NULL DEFAULT now())`,
+			`CREATE SEQUENCE ` + n.seq + ` AS bigint`,
+			`CREATE TABLE ` + n.changes + ` (
+  pos bigint PRIMARY KEY,
+  resource text NOT NULL,
+  op smallint NOT NULL,
+  key text NOT NULL,
+  scope text[] NOT NULL,
+  data jsonb,
+  origin text,
+  committed_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+			`CREATE INDEX changes_resource_pos ON ` + n.changes + ` (resource, pos)`,
+			`CREATE TABLE ` + n.resources + ` (
+  name text PRIMARY KEY,
+  tbl text NOT NULL,
+  layout text NOT NULL,
+  install text NOT NULL,
+  floor bigint NOT NULL DEFAULT 0,
+  updated_at timestamptz NOT NULL DEFAULT now())`,
+			`CREATE FUNCTION ` + n.schema + `.refuse_truncate() RETURNS trigger LANGUAGE plpgsql AS $tide$
+BEGIN
+  RAISE EXCEPTION 'tide: TRUNCATE of %.% is not captured; delete the rows with DELETE instead', TG_TABLE_SCHEMA, TG_TABLE_NAME
+    USING ERRCODE = 'feature_not_supported';
+END
+$tide$`,
+		}
+	}},
+}
+
+// Migrate creates or upgrades tide's schema (the change log, its metadata and
+// functions) and installs the capture of each resource: a deferred
+// constraint trigger on its table, its capture function and the change log
+// indexes its replays use. Pass the engine's schemas:
+//
+//	err := feed.Migrate(ctx, engine.Schemas()...)
+//
+// It is idempotent and cheap when nothing changed, so run it on every boot.
+// Nodes running it at once are serialized by a session-level advisory lock.
+//
+// A resource whose layout changed since the last Migrate (its table, key,
+// scope or columns) gets a new floor at the current head: cursors from
+// before it get a reset, since older changes no longer match the
+// declaration. Installing or changing a capture briefly locks the table
+// against writes (SHARE ROW EXCLUSIVE) and builds the change log index of a
+// new scope column, which pauses synced commits for the duration of the
+// build; adding a resource to a very large change log is best done when
+// writes are quiet.
+func (f *Feed) Migrate(ctx context.Context, schemas ...*feed.Schema) error {
+	for _, s := range schemas {
+		if err := validSchema(s); err != nil {
+			return fmt.Errorf("pgfeed: migrate: %w", err)
+		}
+	}
+	conn, err := f.pool.Acquire(ctx)
+	if err != nil {
+		return f.wrap("migrate: acquire", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", f.n.migrateA, f.n.key); err != nil {
+		closeConn(conn) // the lock may or may not be held: drop the session
+		return f.wrap("migrate: lock", err)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1, $2)", f.n.migrateA, f.n.key); err != nil {
+			closeConn(conn) // ending the session releases the lock
+		}
+	}()
+
+	if err := f.migrateBase(ctx, conn); err != nil {
+		return err
+	}
+	for _, s := range schemas {
+		if err := f.installCapture(ctx, conn, s); err != nil {
+			return err
+		}
+	}
+	var epoch string
+	if err := conn.QueryRow(ctx, "SELECT epoch FROM "+f.n.meta).Scan(&epoch); err != nil {
+		return f.wrap("migrate: read epoch", err)
+	}
+	return f.setEpoch(epoch)
+}
+
+// closeConn closes a pooled connection so the pool discards it.
+func closeConn(c *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Conn().Close(ctx)
+}
+
+// SchemaVersion is the version of tide's schema this package installs.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }
+
+// migrateBase applies the versioned migrations not yet applied.
+func (f *Feed) migrateBase(ctx context.Context, conn *pgxpool.Conn) error {
+	n := f.n
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+n.schema); err != nil {
+		return f.wrap("migrate: create schema", err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+n.migrations+` (
+  version int PRIMARY KEY,
+  applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return f.wrap("migrate: create schema_migrations", err)
+	}
+	var current int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+n.migrations).Scan(&current); err != nil {
+		return f.wrap("migrate: read version", err)
+	}
+	if current > SchemaVersion() {
+		return fmt.Errorf("pgfeed: schema %s is at version %d, newer than this build's %d: upgrade tide", f.opts.Schema, current, SchemaVersion())
+	}
+	for _, m := range migrations {
+		if m.version <= current {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			for _, stmt := range m.stmts(n) {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			if m.version == 1 {
+				if _, err := tx.Exec(ctx, "INSERT INTO "+n.meta+" (id, epoch) VALUES (1, $1)", newEpoch()); err != nil {
+					return err
+				}
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+n.migrations+" (version) VALUES ($1)", m.version)
+			return err
+		})
+		if err != nil {
+			return f.wrap("migrate: version "+strconv.Itoa(m.version), err)
+		}
+		f.log.Info("pgfeed: migrated", "schema", f.opts.Schema, "version", m.version)
+	}
+	return nil
+}
+
+// installCapture installs or updates the capture of s, unless what is
+// installed is already current.
+func (f *Feed) installCapture(ctx context.Context, conn *pgxpool.Conn, s *feed.Schema) error {
+	n := f.n
+	types, err := f.columnTypes(ctx, conn, s)
+	if err != nil {
+		return err
+	}
+	p := newPlan(s, types)
+	ddl := f.captureDDL(p)
+	install := installHash(ddl)
+
+	var oldLayout, oldInstall string
+	err = conn.QueryRow(ctx, "SELECT layout, install FROM "+n.resources+" WHERE name = $1", s.Name).Scan(&oldLayout, &oldInstall)
+	exists := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return f.wrap("migrate: read resource "+s.Name, err)
+	}
+	var hasTrigger bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2)`,
+		p.table, f.triggerName(s.Name)).Scan(&hasTrigger)
+	if err != nil {
+		return f.wrap("migrate: find trigger of "+s.Name, err)
+	}
+	if exists && oldLayout == p.layout && oldInstall == install && hasTrigger {
+		f.plans.Store(s, p)
+		return nil
+	}
+
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// Wait for the table's writers to finish and hold new ones off, so
+		// no change of the old layout commits after the new floor.
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+p.table+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+			return err
+		}
+		for _, stmt := range ddl {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("%w\n%s", err, stmt)
+			}
+		}
+		// A new resource, or a new layout: older changes of the resource
+		// are not readable with this declaration.
+		_, err := tx.Exec(ctx, `INSERT INTO `+n.resources+` AS r (name, tbl, layout, install, floor)
+VALUES ($1, $2, $3, $4, `+n.headExpr+`)
+ON CONFLICT (name) DO UPDATE SET tbl = EXCLUDED.tbl, layout = EXCLUDED.layout, install = EXCLUDED.install, updated_at = now(),
+  floor = CASE WHEN r.layout = EXCLUDED.layout THEN r.floor ELSE EXCLUDED.floor END`,
+			s.Name, s.Table, p.layout, install)
+		return err
+	})
+	if err != nil {
+		return f.wrap("migrate: install capture of "+s.Name+" on "+s.Table, err)
+	}
+	f.plans.Store(s, p)
+	f.log.Info("pgfeed: installed capture", "schema", f.opts.Schema, "resource", s.Name, "table", s.Table, "layout_changed", exists && oldLayout != p.layout)
+	return nil
+}
+
+const epochLen = 16
+
+const epochAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// newEpoch returns 16 random characters of [A-Za-z0-9], without modulo bias.
+func newEpoch() string {
+	out := make([]byte, 0, epochLen)
+	var buf [32]byte
+	for len(out) < epochLen {
+		rand.Read(buf[:]) // never returns an error (crypto/rand, Go 1.24+)
+		for _, b := range buf {
+			if b < 248 && len(out) < epochLen { // 248 = 4*62
+				out = append(out, epochAlphabet[int(b)%len(epochAlphabet)])
+			}
+		}
+	}
+	return string(out)
+}
+
+// isUndefinedTable reports whether err says a table or schema is missing.
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
+}

@@ -1,0 +1,327 @@
+package pgfeed
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// Defaults of Options.
+const (
+	DefaultSchema        = "tide"
+	DefaultPollInterval  = time.Second
+	DefaultMaxAge        = 7 * 24 * time.Hour
+	DefaultMaxChanges    = 10_000_000
+	DefaultPruneInterval = time.Minute
+)
+
+// Options configures a Feed. The zero value is ready to use; every field
+// documents its zero-value default.
+type Options struct {
+	// Schema is the Postgres schema holding tide's tables and functions
+	// (the change log, its metadata, the capture functions). It must be
+	// lower-case letters, digits and underscores, at most 40 bytes. Zero
+	// value: "tide".
+	Schema string
+
+	// PollInterval bounds how long a blocked Tail waits without a
+	// notification before it reads the change log anyway, should a
+	// notification be lost (for example while the listening connection
+	// reconnects). Zero value: 1 s.
+	PollInterval time.Duration
+
+	// MaxAge is the age past which Prune drops changes. Zero value: 7 days.
+	// Negative: changes are never dropped for their age.
+	MaxAge time.Duration
+	// MaxChanges is the most changes Prune keeps. Zero value: 10,000,000.
+	// Negative: changes are never dropped for their number.
+	MaxChanges int64
+	// PruneInterval is how often the pruner started by StartPruner runs.
+	// Zero value: 1 minute.
+	PruneInterval time.Duration
+
+	// Logger receives operational events (listener reconnects, pruning).
+	// Zero value: slog.Default().
+	Logger *slog.Logger
+
+	// brokenCapture installs a deliberately unsound capture (positions
+	// taken at write time, not commit time) so tests can show that they
+	// detect it. Set only from export_test.go.
+	brokenCapture bool
+}
+
+// withDefaults returns o with zero values replaced by their defaults.
+func (o Options) withDefaults() Options {
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.MaxAge == 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.MaxChanges == 0 {
+		o.MaxChanges = DefaultMaxChanges
+	}
+	if o.PruneInterval <= 0 {
+		o.PruneInterval = DefaultPruneInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// maxSchemaLen leaves room in 63-byte Postgres names for the suffixes tide
+// derives from the schema name (trigger and channel names).
+const maxSchemaLen = 40
+
+// ErrClosed is returned by Tail once Close has been called.
+var ErrClosed = errors.New("pgfeed: feed is closed")
+
+// Feed is the Postgres change feed. It implements feed.Feed and feed.Writer
+// and is safe for concurrent use. Create it with New, install its schema and
+// the capture of each resource with Migrate, and stop its background work
+// with Close.
+type Feed struct {
+	pool *pgxpool.Pool
+	opts Options
+	n    names
+	log  *slog.Logger
+
+	epoch atomic.Pointer[string]
+	plans sync.Map // *feed.Schema → *plan
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	listening bool          // the listener goroutine runs
+	pruning   bool          // the pruner goroutine runs
+	wake      chan struct{} // closed and replaced on every doorbell
+
+	// listener state, for tests and Stats.
+	listenerPID   atomic.Uint32
+	connects      atomic.Int64
+	notifications atomic.Int64
+	polls         atomic.Int64
+	onConnect     func() // test hook, called after each LISTEN
+}
+
+var (
+	_ feed.Feed   = (*Feed)(nil)
+	_ feed.Writer = (*Feed)(nil)
+)
+
+// New returns a feed reading and writing through pool. It validates opts and
+// does no I/O: call Migrate before serving (it is safe on every boot), and
+// Close when done. pool's search_path decides how unqualified table names
+// of resources resolve, here and in Migrate.
+func New(pool *pgxpool.Pool, opts Options) (*Feed, error) {
+	if pool == nil {
+		return nil, errors.New("pgfeed: nil pool")
+	}
+	opts = opts.withDefaults()
+	if err := validName(opts.Schema, maxSchemaLen); err != nil {
+		return nil, fmt.Errorf("pgfeed: Options.Schema: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Feed{
+		pool:   pool,
+		opts:   opts,
+		n:      newNames(opts.Schema),
+		log:    opts.Logger,
+		ctx:    ctx,
+		cancel: cancel,
+		wake:   make(chan struct{}),
+	}, nil
+}
+
+// Schema returns the Postgres schema holding the feed's tables.
+func (f *Feed) Schema() string { return f.opts.Schema }
+
+// Close stops the feed's background goroutines (the listener and the pruner)
+// and waits for them. It does not close the pool. Tail returns ErrClosed
+// afterwards; the other methods keep working. Close is idempotent.
+func (f *Feed) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.cancel()
+	f.wg.Wait()
+	return nil
+}
+
+// Epoch returns the change log's random 16-character identifier, stored in
+// the database when Migrate first ran. It returns "" until Migrate or Head
+// has read it.
+func (f *Feed) Epoch() string {
+	if p := f.epoch.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (f *Feed) setEpoch(e string) error {
+	if !ValidEpoch(e) {
+		return fmt.Errorf("pgfeed: %s.meta holds an invalid epoch %q", f.opts.Schema, e)
+	}
+	if old := f.epoch.Load(); old != nil && *old != e {
+		// The database was replaced under a running feed: refuse to mix logs.
+		return fmt.Errorf("pgfeed: epoch changed from %q to %q; the change log was recreated, restart the server", *old, e)
+	}
+	f.epoch.Store(&e)
+	return nil
+}
+
+// ValidEpoch reports whether s is an epoch this package produces: exactly 16
+// ASCII letters or digits.
+func ValidEpoch(s string) bool {
+	if len(s) != epochLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// Head returns the newest position at or below which every change is
+// readable: the largest committed position (the capture makes the committed
+// positions a prefix of the numbering, see the package documentation), or
+// the pruned floor if that is larger. It also loads the epoch.
+func (f *Feed) Head(ctx context.Context) (feed.Position, error) {
+	var head int64
+	var epoch string
+	err := f.pool.QueryRow(ctx, f.n.headSQL).Scan(&head, &epoch)
+	if err != nil {
+		return 0, f.wrap("head", err)
+	}
+	if err := f.setEpoch(epoch); err != nil {
+		return 0, err
+	}
+	return feed.Position(head), nil
+}
+
+// wrap adds context to a database error, with a hint when tide's tables are
+// missing.
+func (f *Feed) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isUndefinedTable(err) {
+		return fmt.Errorf("pgfeed: %s: %w (has Migrate run for schema %q?)", what, err, f.opts.Schema)
+	}
+	return fmt.Errorf("pgfeed: %s: %w", what, err)
+}
+
+// names are the SQL names derived from the schema name.
+type names struct {
+	schema     string // quoted schema
+	changes    string // qualified, quoted
+	meta       string
+	resources  string
+	migrations string
+	seq        string
+	seqLit     string // the sequence as a string literal, for nextval
+	channel    string // raw NOTIFY channel name
+	lockA      int32  // capture lock: pg_advisory_xact_lock(lockA, key)
+	migrateA   int32  // migration lock: pg_advisory_lock(migrateA, key)
+	pruneA     int32  // pruning lock: pg_try_advisory_xact_lock(pruneA, key)
+	key        int32  // second key, derived from the schema name
+
+	headExpr         string // scalar subquery: the head
+	headSQL, tailSQL string
+}
+
+// Advisory lock classes ("tide", "tidm", "tidp" as big-endian int32s). The
+// second key is a checksum of the schema name, so two tide schemas in one
+// database never wait for each other.
+const (
+	lockClassCapture = 0x74696465
+	lockClassMigrate = 0x7469646d
+	lockClassPrune   = 0x74696470
+)
+
+func newNames(schema string) names {
+	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	n := names{
+		schema:     pgx.Identifier{schema}.Sanitize(),
+		changes:    q("changes"),
+		meta:       q("meta"),
+		resources:  q("resources"),
+		migrations: q("schema_migrations"),
+		seq:        q("pos_seq"),
+		channel:    shortIdent(schema + "_changes"),
+		lockA:      lockClassCapture,
+		migrateA:   lockClassMigrate,
+		pruneA:     lockClassPrune,
+		key:        int32(crc32.ChecksumIEEE([]byte(schema))),
+	}
+	n.seqLit = quoteLit(n.seq)
+	n.headExpr = `(SELECT greatest(coalesce((SELECT max(pos) FROM ` + n.changes + `), 0), m.floor) FROM ` + n.meta + ` m)`
+	n.headSQL = `SELECT greatest(coalesce((SELECT max(pos) FROM ` + n.changes + `), 0), m.floor), m.epoch FROM ` + n.meta + ` m`
+	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, '')
+FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
+LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin FROM ` + n.changes + `
+ WHERE pos > $1 ORDER BY pos LIMIT $2) c ON true ORDER BY c.pos`
+	return n
+}
+
+// validName checks a name tide puts into SQL identifiers: lower-case
+// letters, digits and underscores, not starting with a digit.
+func validName(s string, max int) error {
+	if s == "" {
+		return errors.New("empty name")
+	}
+	if len(s) > max {
+		return fmt.Errorf("%q is longer than %d bytes", s, max)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c == '_' || c >= '0' && c <= '9' && i > 0) {
+			return fmt.Errorf("%q must be lower-case letters, digits and underscores, not starting with a digit", s)
+		}
+	}
+	return nil
+}
+
+// shortIdent returns s if it fits in a Postgres identifier (63 bytes), or a
+// prefix of it with a hash of the whole, so distinct long names stay
+// distinct.
+func shortIdent(s string) string {
+	if len(s) <= 63 {
+		return s
+	}
+	h := sha256.Sum256([]byte(s))
+	return s[:54] + "_" + hex.EncodeToString(h[:4])
+}
+
+// quoteLit quotes s as an SQL string literal (standard_conforming_strings).
+func quoteLit(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// tableIdent quotes a possibly schema-qualified table name.
+func tableIdent(table string) string {
+	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
+}

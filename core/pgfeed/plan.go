@@ -1,0 +1,330 @@
+package pgfeed
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// Type OIDs the row rendering treats specially.
+const (
+	oidBytea       = 17
+	oidDate        = 1082
+	oidTimestamp   = 1114
+	oidTimestamptz = 1184
+)
+
+// timeFormat renders times as RFC 3339 in UTC with microseconds, which Go's
+// time.Time decodes; the same text whichever session's TimeZone wrote it.
+const timeFormat = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`
+
+// plan is what the feed derives from one resource's schema and its table's
+// column types: the SQL rendering of rows, keys and scopes, shared by the
+// capture trigger and the snapshot query so that both render a row
+// identically.
+type plan struct {
+	s       *feed.Schema
+	table   string   // quoted table name
+	cols    []string // quoted column names, in Schema.Columns order
+	types   []uint32 // column type OIDs
+	key     string   // quoted key column
+	scope   []string // quoted scope columns
+	resLit  string   // resource name as a literal
+	layout  string   // what a change row's shape depends on
+	upsert  string   // Apply's upsert statement
+	delete  string   // Apply's delete statement
+	snapKey string   // cache key prefix for snapshot SQL
+}
+
+// planFor returns the plan of s, reading its table's column types the first
+// time.
+func (f *Feed) planFor(ctx context.Context, s *feed.Schema) (*plan, error) {
+	if p, ok := f.plans.Load(s); ok {
+		return p.(*plan), nil
+	}
+	if err := validSchema(s); err != nil {
+		return nil, err
+	}
+	types, err := f.columnTypes(ctx, f.pool, s)
+	if err != nil {
+		return nil, err
+	}
+	p := newPlan(s, types)
+	actual, _ := f.plans.LoadOrStore(s, p)
+	return actual.(*plan), nil
+}
+
+// querier is what planning needs from a pool or a connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// columnTypes returns the type OIDs of s's declared columns, in order, and
+// an error naming any column the table lacks.
+func (f *Feed) columnTypes(ctx context.Context, q querier, s *feed.Schema) ([]uint32, error) {
+	rows, err := q.Query(ctx, `SELECT a.attname::text, a.atttypid::int8 FROM pg_catalog.pg_attribute a
+WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableIdent(s.Table))
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+			return nil, fmt.Errorf("pgfeed: resource %s: table %s does not exist: %w", s.Name, s.Table, err)
+		}
+		return nil, fmt.Errorf("pgfeed: resource %s: read columns of %s: %w", s.Name, s.Table, err)
+	}
+	byName := map[string]uint32{}
+	for rows.Next() {
+		var name string
+		var oid int64
+		if err := rows.Scan(&name, &oid); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		byName[name] = uint32(oid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgfeed: resource %s: read columns of %s: %w", s.Name, s.Table, err)
+	}
+	types := make([]uint32, len(s.Columns))
+	var missing []string
+	for i, c := range s.Columns {
+		oid, ok := byName[c.Name]
+		if !ok {
+			missing = append(missing, c.Name)
+		}
+		types[i] = oid
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("pgfeed: resource %s: table %s has no column %s", s.Name, s.Table, strings.Join(missing, ", "))
+	}
+	return types, nil
+}
+
+// validSchema checks what the feed relies on: core validates schemas, but a
+// feed may be handed one built by hand.
+func validSchema(s *feed.Schema) error {
+	if s == nil {
+		return fmt.Errorf("%w: nil schema", feed.ErrInvalidMutation)
+	}
+	if err := validName(s.Name, 63); err != nil {
+		return fmt.Errorf("pgfeed: resource name: %w", err)
+	}
+	parts := strings.Split(s.Table, ".")
+	if len(parts) > 2 {
+		return fmt.Errorf("pgfeed: resource %s: table %q is schema.name at most", s.Name, s.Table)
+	}
+	for _, p := range parts {
+		if err := validName(p, 63); err != nil {
+			return fmt.Errorf("pgfeed: resource %s: table: %w", s.Name, err)
+		}
+	}
+	if len(s.Columns) == 0 || s.Key < 0 || s.Key >= len(s.Columns) {
+		return fmt.Errorf("pgfeed: resource %s: no key column", s.Name)
+	}
+	for _, c := range s.Columns {
+		if err := validName(c.Name, 63); err != nil {
+			return fmt.Errorf("pgfeed: resource %s: column: %w", s.Name, err)
+		}
+	}
+	if !s.KeyColumn().Kind.Keyable() {
+		return fmt.Errorf("pgfeed: resource %s: key column %s of kind %s", s.Name, s.KeyColumn().Name, s.KeyColumn().Kind)
+	}
+	for i, ci := range s.Scope {
+		if ci < 0 || ci >= len(s.Columns) || !s.Columns[ci].Kind.Keyable() {
+			return fmt.Errorf("pgfeed: resource %s: scope column %d is not a string, integer or bool column", s.Name, i)
+		}
+	}
+	return nil
+}
+
+func newPlan(s *feed.Schema, types []uint32) *plan {
+	p := &plan{s: s, table: tableIdent(s.Table), types: types, resLit: quoteLit(s.Name)}
+	for _, c := range s.Columns {
+		p.cols = append(p.cols, pgx.Identifier{c.Name}.Sanitize())
+	}
+	p.key = p.cols[s.Key]
+	for _, ci := range s.Scope {
+		p.scope = append(p.scope, p.cols[ci])
+	}
+
+	// The layout: what the stored key, scope and row of a change mean. A
+	// change of layout makes older changes of the resource unreadable
+	// (Migrate moves the resource's floor).
+	var lb strings.Builder
+	fmt.Fprintf(&lb, "v1|%s|key=%s|scope=", s.Table, s.KeyColumn().Name)
+	for i, ci := range s.Scope {
+		if i > 0 {
+			lb.WriteByte(',')
+		}
+		lb.WriteString(s.Columns[ci].Name)
+	}
+	lb.WriteString("|cols=")
+	for i, c := range s.Columns {
+		if i > 0 {
+			lb.WriteByte(',')
+		}
+		fmt.Fprintf(&lb, "%s:%s:%d", c.Name, c.Kind, types[i])
+	}
+	p.layout = lb.String()
+
+	// Apply's statements. The upsert reads the JSON row with
+	// jsonb_populate_record, except bytea columns, which carry base64.
+	sel := make([]string, len(p.cols))
+	var set []string
+	for i, c := range p.cols {
+		if types[i] == oidBytea {
+			sel[i] = "decode($1::jsonb->>" + quoteLit(s.Columns[i].Name) + ", 'base64')"
+		} else {
+			sel[i] = "r." + c
+		}
+		if i != s.Key {
+			set = append(set, c+" = EXCLUDED."+c)
+		}
+	}
+	if len(set) == 0 {
+		set = []string{p.key + " = EXCLUDED." + p.key} // still an update, so still captured
+	}
+	p.upsert = "INSERT INTO " + p.table + " AS t (" + strings.Join(p.cols, ", ") + ") SELECT " + strings.Join(sel, ", ") +
+		" FROM jsonb_populate_record(NULL::" + p.table + ", $1::jsonb) r ON CONFLICT (" + p.key + ") DO UPDATE SET " + strings.Join(set, ", ")
+	p.delete = "DELETE FROM " + p.table + " WHERE " + p.key + " = $1"
+	return p
+}
+
+// valueExpr renders column i of the row alias as jsonb.
+func (p *plan) valueExpr(alias string, i int) string {
+	col := alias + "." + p.cols[i]
+	switch p.s.Columns[i].Kind {
+	case feed.KindTime:
+		switch p.types[i] {
+		case oidTimestamptz:
+			return "to_jsonb(to_char(" + col + " AT TIME ZONE 'UTC', " + timeFormat + "))"
+		case oidTimestamp:
+			return "to_jsonb(to_char(" + col + ", " + timeFormat + "))"
+		case oidDate:
+			return "to_jsonb(to_char(" + col + "::timestamp, " + timeFormat + "))"
+		}
+	case feed.KindBytes:
+		if p.types[i] == oidBytea {
+			return "to_jsonb(translate(encode(" + col + ", 'base64'), E'\\n', ''))"
+		}
+	}
+	return "to_jsonb(" + col + ")"
+}
+
+// rowExpr renders the declared columns of the row alias as a JSON object.
+// jsonb_build_object takes at most 100 arguments, so wide rows are built in
+// chunks and concatenated.
+func (p *plan) rowExpr(alias string) string {
+	var parts []string
+	for start := 0; start < len(p.cols); start += 50 {
+		var args []string
+		for i := start; i < min(start+50, len(p.cols)); i++ {
+			args = append(args, quoteLit(p.s.Columns[i].Name), p.valueExpr(alias, i))
+		}
+		parts = append(parts, "jsonb_build_object("+strings.Join(args, ", ")+")")
+	}
+	return strings.Join(parts, " || ")
+}
+
+// keyExpr renders the canonical text of the row alias's key: Postgres's text
+// output of the column, which equals core's canonical text for text,
+// integer and boolean columns.
+func (p *plan) keyExpr(alias string) string { return alias + "." + p.key + "::text" }
+
+// scopeExpr renders the canonical text of the row alias's scope columns.
+func (p *plan) scopeExpr(alias string) string {
+	if len(p.scope) == 0 {
+		return "'{}'::text[]"
+	}
+	parts := make([]string, len(p.scope))
+	for i, c := range p.scope {
+		parts[i] = alias + "." + c + "::text"
+	}
+	return "ARRAY[" + strings.Join(parts, ", ") + "]::text[]"
+}
+
+// captureFunc returns the name (unqualified) of the resource's capture
+// function.
+func captureFunc(resource string) string { return shortIdent("capture_" + resource) }
+
+// triggerName returns the name of the resource's capture trigger on its
+// table, unique per tide schema and resource.
+func (f *Feed) triggerName(resource string) string {
+	return shortIdent(f.opts.Schema + "_capture_" + resource)
+}
+
+// truncateTrigger returns the name of the trigger refusing TRUNCATE.
+func (f *Feed) truncateTrigger() string { return shortIdent(f.opts.Schema + "_no_truncate") }
+
+// captureDDL returns the statements installing the capture of p's resource,
+// in order.
+func (f *Feed) captureDDL(p *plan) []string {
+	n := f.n
+	fn := n.schema + "." + pgx.Identifier{captureFunc(p.s.Name)}.Sanitize()
+	insert := func(op int, alias string) string {
+		return "INSERT INTO " + n.changes + " (pos, resource, op, key, scope, data, origin) VALUES (pg_catalog.nextval(" + n.seqLit + "), " +
+			p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o);"
+	}
+	lock := "PERFORM pg_catalog.pg_advisory_xact_lock(" + strconv.Itoa(int(n.lockA)) + ", " + strconv.Itoa(int(n.key)) + ");"
+	if f.opts.brokenCapture {
+		lock = "-- broken on purpose: no commit-order lock"
+	}
+	body := `
+DECLARE
+  o text := nullif(pg_catalog.current_setting('tide.origin', true), '');
+BEGIN
+  -- Serialize position assignment: the lock is held until this transaction
+  -- is visible, so positions become visible in order (see package pgfeed).
+  ` + lock + `
+  IF TG_OP = 'DELETE' THEN
+    ` + insert(int(feed.OpDelete), "OLD") + `
+  ELSIF TG_OP = 'UPDATE' THEN
+    IF ` + p.keyExpr("OLD") + ` IS DISTINCT FROM ` + p.keyExpr("NEW") + ` OR ` + p.scopeExpr("OLD") + ` IS DISTINCT FROM ` + p.scopeExpr("NEW") + ` THEN
+      ` + insert(int(feed.OpDelete), "OLD") + `
+    END IF;
+    ` + insert(int(feed.OpUpsert), "NEW") + `
+  ELSE
+    ` + insert(int(feed.OpUpsert), "NEW") + `
+  END IF;
+  -- An empty payload: Postgres folds it into one notification per transaction.
+  PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
+  RETURN NULL;
+END`
+	trig := pgx.Identifier{f.triggerName(p.s.Name)}.Sanitize()
+	create := "CREATE CONSTRAINT TRIGGER " + trig + " AFTER INSERT OR UPDATE OR DELETE ON " + p.table +
+		" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn + "()"
+	if f.opts.brokenCapture {
+		create = "CREATE TRIGGER " + trig + " AFTER INSERT OR UPDATE OR DELETE ON " + p.table + " FOR EACH ROW EXECUTE FUNCTION " + fn + "()"
+	}
+	stmts := []string{
+		"CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $tide$" + body + "\n$tide$",
+		"DROP TRIGGER IF EXISTS " + trig + " ON " + p.table,
+		create,
+		"CREATE OR REPLACE TRIGGER " + pgx.Identifier{f.truncateTrigger()}.Sanitize() + " BEFORE TRUNCATE ON " + p.table +
+			" FOR EACH STATEMENT EXECUTE FUNCTION " + n.schema + ".refuse_truncate()",
+	}
+	for i := range p.scope {
+		idx := pgx.Identifier{shortIdent("changes_" + p.s.Name + "_s" + strconv.Itoa(i+1))}.Sanitize()
+		stmts = append(stmts, "CREATE INDEX IF NOT EXISTS "+idx+" ON "+n.changes+" ((scope["+strconv.Itoa(i+1)+"]), pos) WHERE resource = "+p.resLit)
+	}
+	return stmts
+}
+
+// installHash identifies the DDL of a capture, so Migrate reinstalls it only
+// when it changed.
+func installHash(stmts []string) string {
+	h := sha256.New()
+	for _, s := range stmts {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,275 @@
+package pgfeed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// pos converts a position to a bound parameter. Positions come from a
+// bigint sequence, so anything larger is past every change.
+func pos(p feed.Position) int64 {
+	if p > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(p)
+}
+
+// Replay returns up to q.Limit changes of q.Scope with q.After < Pos <=
+// q.Until, in position order. The query is built from the scope's declared
+// columns only; every condition value is a bound parameter. It uses the
+// change log index of one condition's scope column (or the resource index
+// for a scope without conditions). It returns feed.ErrCursorExpired if
+// q.After is below the retained floor, checked in the same statement as the
+// read, so a concurrent Prune cannot open a silent gap.
+func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, error) {
+	if q.Limit <= 0 {
+		return nil, fmt.Errorf("pgfeed: Replay limit must be positive, got %d", q.Limit)
+	}
+	s := q.Scope.Schema
+	if s == nil {
+		return nil, errors.New("pgfeed: Replay scope has no schema")
+	}
+	if err := validName(s.Name, 63); err != nil {
+		return nil, fmt.Errorf("pgfeed: Replay: resource name: %w", err)
+	}
+	sql, args := f.replaySQL(q)
+	rows, err := f.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, f.wrap("replay", err)
+	}
+	floor, out, err := scanChanges(rows, s.Name)
+	if err != nil {
+		return nil, f.wrap("replay", err)
+	}
+	if floor < 0 {
+		// Without a capture, the log holds nothing of the resource: an
+		// empty replay would be a silent gap.
+		return nil, fmt.Errorf("pgfeed: Replay: resource %s has no capture installed in schema %s: run Migrate with its schema", s.Name, f.opts.Schema)
+	}
+	if q.After < feed.Position(floor) {
+		return nil, feed.ErrCursorExpired
+	}
+	return out, nil
+}
+
+// replaySQL builds the replay statement of q and its arguments.
+func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
+	n := f.n
+	res := quoteLit(q.Scope.Schema.Name)
+	args := []any{pos(q.After), pos(q.Until), q.Limit}
+	var where strings.Builder
+	where.WriteString("resource = " + res)
+	conds, none := storable(q.Scope.Conds)
+	if none {
+		where.WriteString(" AND false")
+	}
+	for _, c := range conds {
+		col := "scope[" + strconv.Itoa(c.Col+1) + "]"
+		if len(c.Values) == 1 {
+			args = append(args, c.Values[0])
+			where.WriteString(" AND " + col + " = $" + strconv.Itoa(len(args)))
+		} else {
+			args = append(args, c.Values)
+			where.WriteString(" AND " + col + " = ANY($" + strconv.Itoa(len(args)) + ")")
+		}
+	}
+	where.WriteString(" AND pos > $1 AND pos <= $2")
+	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, '')
+FROM (SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
+  FROM ` + n.meta + ` m LEFT JOIN ` + n.resources + ` r ON r.name = ` + res + `) AS floor) f
+LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin FROM ` + n.changes + `
+ WHERE ` + where.String() + ` ORDER BY pos LIMIT $3) c ON true ORDER BY c.pos`
+	return sql, args
+}
+
+// scanChanges reads rows of (floor, pos, resource, op, key, scope, data,
+// origin); pos 0 marks the empty row of a LEFT JOIN. resource, if not
+// empty, overrides the column.
+func scanChanges(rows pgx.Rows, resource string) (int64, []feed.Change, error) {
+	defer rows.Close()
+	var floor int64
+	var out []feed.Change
+	for rows.Next() {
+		var c feed.Change
+		var p int64
+		var op int16
+		var data []byte // not json.RawMessage, which pgx would re-validate with encoding/json
+		if err := rows.Scan(&floor, &p, &c.Resource, &op, &c.Key, &c.Scope, &data, &c.Origin); err != nil {
+			return 0, nil, err
+		}
+		c.Row = data
+		if p == 0 {
+			continue
+		}
+		c.Pos, c.Op = feed.Position(p), feed.Op(op)
+		if resource != "" {
+			c.Resource = resource
+		}
+		if c.Scope == nil {
+			c.Scope = []string{}
+		}
+		out = append(out, c)
+	}
+	return floor, out, rows.Err()
+}
+
+// Snapshot returns up to q.Limit of the scope's current rows with keys after
+// q.After (when q.HasAfter), in the key column's order, read from the
+// resource's table. One statement reads the rows and the change log's head,
+// so it sees one snapshot of the database: the page is exactly the state at
+// the head it reports (the capture commits a row's change in the row's own
+// transaction, and committed positions form a prefix). Conditions compare
+// the table's columns with bound parameters, typed as the columns (so the
+// table's own indexes serve them), and also as canonical text, so a
+// snapshot matches exactly the rows whose changes the same scope replays. A
+// value the column's type cannot hold (say "x" for a uuid column) matches no
+// row: the page is then read comparing as text only.
+func (f *Feed) Snapshot(ctx context.Context, q feed.SnapshotQuery) (feed.SnapshotPage, error) {
+	if q.Limit <= 0 {
+		return feed.SnapshotPage{}, fmt.Errorf("pgfeed: Snapshot limit must be positive, got %d", q.Limit)
+	}
+	if q.Scope.Schema == nil {
+		return feed.SnapshotPage{}, errors.New("pgfeed: Snapshot scope has no schema")
+	}
+	p, err := f.planFor(ctx, q.Scope.Schema)
+	if err != nil {
+		return feed.SnapshotPage{}, err
+	}
+	page, err := f.snapshot(ctx, p, q, true)
+	if isBadParameter(err) {
+		// A condition value the column's type cannot hold (say "x" for a
+		// uuid column) matches no row; the values it can hold may. Compare
+		// as text only, which cannot fail.
+		page, err = f.snapshot(ctx, p, q, false)
+	}
+	return page, err
+}
+
+// snapshot reads one snapshot page; typed says whether conditions are also
+// compared in the columns' types, so the table's indexes serve them.
+func (f *Feed) snapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, typed bool) (feed.SnapshotPage, error) {
+	sql, args := f.snapshotSQL(p, q, typed)
+	rows, err := f.pool.Query(ctx, sql, args...)
+	if err != nil {
+		if isBadParameter(err) {
+			return feed.SnapshotPage{}, err
+		}
+		return feed.SnapshotPage{}, f.wrap("snapshot", err)
+	}
+	defer rows.Close()
+	var page feed.SnapshotPage
+	for rows.Next() {
+		var head int64
+		var found bool
+		var c feed.Change
+		var data []byte
+		if err := rows.Scan(&head, &found, &c.Key, &c.Scope, &data); err != nil {
+			return feed.SnapshotPage{}, f.wrap("snapshot", err)
+		}
+		c.Row = data
+		page.Pos = feed.Position(head)
+		if !found {
+			continue
+		}
+		c.Resource, c.Op = q.Scope.Schema.Name, feed.OpUpsert
+		page.Rows = append(page.Rows, c)
+	}
+	if err := rows.Err(); err != nil {
+		if isBadParameter(err) {
+			return feed.SnapshotPage{}, err
+		}
+		return feed.SnapshotPage{}, f.wrap("snapshot", err)
+	}
+	for i := range page.Rows {
+		page.Rows[i].Pos = page.Pos
+	}
+	return page, nil
+}
+
+// snapshotSQL builds the snapshot statement of q and its arguments.
+func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed bool) (string, []any) {
+	args := []any{q.Limit}
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var where []string
+	conds, none := storable(q.Scope.Conds)
+	if none {
+		where = append(where, "false")
+	}
+	for _, c := range conds {
+		col := "t." + p.scope[c.Col]
+		if len(c.Values) == 1 {
+			if typed {
+				where = append(where, col+" = "+param(c.Values[0]))
+			}
+			where = append(where, col+"::text = "+param(c.Values[0]))
+			continue
+		}
+		if typed {
+			ps := make([]string, len(c.Values))
+			for i, v := range c.Values {
+				ps[i] = param(v)
+			}
+			where = append(where, col+" IN ("+strings.Join(ps, ", ")+")")
+		}
+		where = append(where, col+"::text = ANY("+param(c.Values)+")")
+	}
+	if q.HasAfter {
+		where = append(where, "t."+p.key+" > "+param(q.After))
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	sql := `SELECT h.head, r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
+FROM (SELECT ` + f.n.headExpr + ` AS head) h
+LEFT JOIN LATERAL (SELECT ` + p.keyExpr("t") + ` AS k, ` + p.scopeExpr("t") + ` AS sc, ` + p.rowExpr("t") + ` AS data, t.` + p.key + ` AS sk
+ FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1) r ON true ORDER BY r.sk`
+	return sql, args
+}
+
+// isBadParameter reports whether err says a bound parameter is not a valid
+// value of its column's type (a data exception raised while Postgres read
+// the parameter, such as "x" for a uuid column).
+func isBadParameter(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") && strings.Contains(pgErr.Where, "portal parameter $")
+}
+
+// storable drops the condition values that no text column can hold (a NUL
+// byte, invalid UTF-8): they match no row and no change, and Postgres would
+// refuse them as parameters. none reports a condition left without values,
+// so the scope matches nothing.
+func storable(conds []feed.Cond) (out []feed.Cond, none bool) {
+	ok := func(v string) bool { return strings.IndexByte(v, 0) < 0 && utf8.ValidString(v) }
+	for _, c := range conds {
+		if !slices.ContainsFunc(c.Values, func(v string) bool { return !ok(v) }) {
+			out = append(out, c)
+			continue
+		}
+		var vals []string
+		for _, v := range c.Values {
+			if ok(v) {
+				vals = append(vals, v)
+			}
+		}
+		if len(vals) == 0 {
+			return nil, true
+		}
+		out = append(out, feed.Cond{Col: c.Col, Values: vals})
+	}
+	return out, false
+}

@@ -1,0 +1,112 @@
+package pgfeed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// Execer is what WithOrigin needs: pgx.Tx, *pgx.Conn, *pgxpool.Conn and
+// *pgxpool.Pool all satisfy it.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// WithOrigin tags the writes of the current transaction with origin, the id
+// of the client device they are made for, so that device can skip their
+// echo. It runs `SET LOCAL tide.origin = origin` (as set_config, so the value
+// is a bound parameter); call it inside the transaction, before it commits:
+//
+//	tx, _ := pool.Begin(ctx)
+//	_ = pgfeed.WithOrigin(ctx, tx, core.OriginFrom(r.Context()))
+//	_, _ = tx.Exec(ctx, "UPDATE todos SET done = true WHERE id = $1", id)
+//	_ = tx.Commit(ctx)
+//
+// The capture reads the setting when the transaction commits, so the last
+// value set in the transaction tags all its changes. Outside a transaction
+// the setting lasts only for the one statement and tags nothing.
+func WithOrigin(ctx context.Context, tx Execer, origin string) error {
+	_, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('tide.origin', $1, true)", origin)
+	return err
+}
+
+// Apply writes the mutations in one transaction, in order, tagged with
+// origin: an upsert is INSERT … ON CONFLICT (key) DO UPDATE from the JSON
+// row, a delete is DELETE by key. The capture triggers record the changes as
+// for any other write. Every mutation is validated first; an invalid one
+// makes Apply return an error wrapping feed.ErrInvalidMutation without
+// writing anything. When Apply returns nil the changes are committed and
+// Head covers them.
+func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) error {
+	for i, m := range muts {
+		if err := validate(m); err != nil {
+			return fmt.Errorf("%w %d of %d: %s", feed.ErrInvalidMutation, i+1, len(muts), err)
+		}
+	}
+	if len(muts) == 0 {
+		return nil
+	}
+	plans := make([]*plan, len(muts))
+	for i, m := range muts {
+		p, err := f.planFor(ctx, m.Schema)
+		if err != nil {
+			return err
+		}
+		plans[i] = p
+	}
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		if err := WithOrigin(ctx, tx, origin); err != nil {
+			return err
+		}
+		for i, m := range muts {
+			var err error
+			if m.Op == feed.OpUpsert {
+				_, err = tx.Exec(ctx, plans[i].upsert, string(m.Row))
+			} else {
+				_, err = tx.Exec(ctx, plans[i].delete, m.Key)
+			}
+			if err != nil {
+				return fmt.Errorf("%s %s %q: %w", m.Schema.Name, m.Op, m.Key, err)
+			}
+		}
+		return nil
+	})
+	return f.wrap("apply", err)
+}
+
+// validate reports what is wrong with m, or nil.
+func validate(m feed.Mutation) error {
+	if m.Schema == nil {
+		return errors.New("nil Schema")
+	}
+	if err := validSchema(m.Schema); err != nil {
+		return err
+	}
+	switch m.Op {
+	case feed.OpDelete:
+		return nil
+	case feed.OpUpsert:
+	default:
+		return fmt.Errorf("%s %q: invalid op %d", m.Schema.Name, m.Key, m.Op)
+	}
+	if len(m.Scope) != len(m.Schema.Scope) {
+		return fmt.Errorf("%s %q: upsert has %d scope values, schema declares %d", m.Schema.Name, m.Key, len(m.Scope), len(m.Schema.Scope))
+	}
+	if len(m.Row) == 0 {
+		return fmt.Errorf("%s %q: upsert without a row", m.Schema.Name, m.Key)
+	}
+	if !json.Valid(m.Row) {
+		return fmt.Errorf("%s %q: row is not valid JSON", m.Schema.Name, m.Key)
+	}
+	if trimmed := bytes.TrimLeft(m.Row, " \t\r\n"); trimmed[0] != '{' {
+		return fmt.Errorf("%s %q: row is not a JSON object", m.Schema.Name, m.Key)
+	}
+	return nil
+}
