@@ -328,3 +328,32 @@ func heapInUse() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
 }
+
+// TestLimits: each limit has its documented error, and the connection keeps
+// serving.
+func TestLimits(t *testing.T) {
+	s := newServer(t, core.Config{MaxSubscriptions: 2, MaxConditions: 1, MaxConditionValues: 3})
+	c := s.dial(t, "u", "p1,p2,p3,p4")
+	c.hello()
+	for i := 1; i <= 2; i++ {
+		c.send(fmt.Sprintf(`{"v":1,"type":"subscribe","id":"s%d","resource":"todos","conditions":{"project_id":"p%d"}}`, i, i))
+		c.collect(fmt.Sprintf("s%d", i))
+	}
+	for _, tt := range []struct {
+		frame string
+		code  core.Code
+	}{
+		{`{"v":1,"type":"subscribe","id":"s3","resource":"todos","conditions":{"project_id":"p3"}}`, core.CodeTooManySubscriptions},
+		{`{"v":1,"type":"subscribe","id":"s4","resource":"todos","conditions":{"project_id":{"in":["p1","p2","p3","p4"]}}}`, core.CodeTooManyConditions},
+		{`{"v":1,"type":"subscribe","id":"s5","resource":"todos","conditions":{"project_id":"p1","title":"x"}}`, core.CodeTooManyConditions},
+	} {
+		c.send(tt.frame)
+		if f := c.expect(core.FrameError); f.Code != tt.code {
+			t.Fatalf("%s: got %+v, want %s", tt.frame, f, tt.code)
+		}
+	}
+	// Unsubscribing frees a slot.
+	c.send(`{"v":1,"type":"unsubscribe","id":"s1"}`)
+	c.send(`{"v":1,"type":"subscribe","id":"s6","resource":"todos","conditions":{"project_id":"p3"}}`)
+	c.collect("s6")
+}
