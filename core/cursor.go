@@ -36,17 +36,26 @@ func (c Cursor) String() string {
 	var b []byte
 	if c.Snapshot {
 		b = append(b, "1s."...)
+		b = append(b, c.Epoch...)
+		b = append(b, '.')
+		b = strconv.AppendUint(b, uint64(c.Pos), 10)
 	} else {
-		b = append(b, "1."...)
+		b = appendCursor(b, c.Epoch, c.Pos)
 	}
-	b = append(b, c.Epoch...)
-	b = append(b, '.')
-	b = strconv.AppendUint(b, uint64(c.Pos), 10)
 	if c.Snapshot {
 		b = append(b, '.')
 		b = base64.RawURLEncoding.AppendEncode(b, []byte(c.After))
 	}
 	return string(b)
+}
+
+// appendCursor appends the change cursor of pos (no JSON escaping is needed:
+// epochs are letters, digits, '-' and '_').
+func appendCursor(b []byte, epoch string, pos feed.Position) []byte {
+	b = append(b, "1."...)
+	b = append(b, epoch...)
+	b = append(b, '.')
+	return strconv.AppendUint(b, uint64(pos), 10)
 }
 
 // ParseCursor decodes a cursor string. The empty string is not a cursor;

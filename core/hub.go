@@ -17,9 +17,10 @@ import (
 // change of every later batch, which is what makes "register live interest,
 // then pin the replay high-water" gap-free.
 type hub struct {
-	e   *Engine
-	mu  sync.RWMutex
-	res map[string]*resIndex
+	e     *Engine
+	mu    sync.RWMutex
+	res   map[string]*resIndex
+	kicks []*conn // dispatch's scratch list of connections to start writers for
 }
 
 // resIndex holds the groups of one resource. A group is indexed under the
@@ -114,10 +115,12 @@ func deleteGroup(gs []*group, g *group) []*group {
 }
 
 // dispatch fans a batch of changes, in position order, out to every matching
-// subscription.
+// subscription. Writers of the connections it queued entries for start once
+// the whole batch is queued (see trySendEntry). Only the tailer calls it.
 func (h *hub) dispatch(changes []feed.Change) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
+	kicks := h.kicks[:0]
 	for i := range changes {
 		c := &changes[i]
 		ri := h.res[c.Resource]
@@ -125,30 +128,37 @@ func (h *hub) dispatch(changes []feed.Change) {
 			continue
 		}
 		var enc *entryBytes // encoded lazily, once, if anyone matches
-		deliver := func(g *group) {
-			if !g.scope.Match(c.Scope) {
-				return
-			}
-			if enc == nil {
-				e := encodeEntries(c)
-				enc = &e
-			}
-			for _, s := range g.subs {
-				s.push(c, enc)
-			}
-		}
 		for _, g := range ri.all {
-			deliver(g)
+			enc = deliver(g, c, enc, &kicks)
 		}
 		for col, idx := range ri.byCol {
 			if idx == nil || col >= len(c.Scope) {
 				continue
 			}
 			for _, g := range idx[c.Scope[col]] {
-				deliver(g)
+				enc = deliver(g, c, enc, &kicks)
 			}
 		}
 	}
+	kickQueued(kicks)
+	clear(kicks)
+	h.kicks = kicks[:0]
+}
+
+// deliver offers c to every subscription of g if g's scope matches, encoding
+// the change on first use; it returns the (possibly new) encoding.
+func deliver(g *group, c *feed.Change, enc *entryBytes, kicks *[]*conn) *entryBytes {
+	if !g.scope.Match(c.Scope) {
+		return enc
+	}
+	if enc == nil {
+		e := encodeEntries(c)
+		enc = &e
+	}
+	for _, s := range g.subs {
+		s.push(c, enc, kicks)
+	}
+	return enc
 }
 
 // desyncAll marks every subscription for a replay from its delivered cursor.

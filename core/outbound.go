@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -34,6 +35,7 @@ type outbound struct {
 	desynced    []*subscription // subscriptions to replay once the queue drains
 	drops       int
 	closeQueued bool // a close item is queued: nothing more is accepted
+	kickQueued  bool // the fan-out starts the writer after its batch
 }
 
 var errConnClosing = errors.New("tide: connection closing")
@@ -104,7 +106,13 @@ func (c *conn) sendFrameWait(ctx context.Context, frame []byte) error {
 }
 
 // trySendEntry queues a live entry if it fits. The caller holds s.mu.
-func (c *conn) trySendEntry(s *subscription, pos feed.Position, entry []byte) bool {
+//
+// With kicks nil the writer is started at once. The fan-out passes a list
+// instead: the connection is added to it (once) and its writer is started
+// after the whole batch of changes is queued, so a burst of changes goes
+// out as one frame per subscription rather than racing the writer entry by
+// entry.
+func (c *conn) trySendEntry(s *subscription, pos feed.Position, entry []byte, kicks *[]*conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing || c.out.closeQueued {
@@ -114,8 +122,26 @@ func (c *conn) trySendEntry(s *subscription, pos feed.Position, entry []byte) bo
 		return false
 	}
 	c.out.push(outItem{sub: s, data: entry, pos: pos})
-	c.kickLocked()
+	switch {
+	case kicks == nil:
+		c.kickLocked()
+	case !c.out.writing && !c.out.kickQueued:
+		c.out.kickQueued = true
+		*kicks = append(*kicks, c)
+	}
 	return true
+}
+
+// kickQueued starts the writers of connections collected by trySendEntry.
+func kickQueued(kicks []*conn) {
+	for _, c := range kicks {
+		c.mu.Lock()
+		c.out.kickQueued = false
+		if len(c.out.items) > 0 {
+			c.kickLocked()
+		}
+		c.mu.Unlock()
+	}
 }
 
 // noteDrop records that a live entry of s was dropped. Past MaxDrops the
@@ -255,8 +281,11 @@ func (c *conn) writeItems(items []outItem, ping bool) error {
 
 // writeEntries writes a run of live entries, one changes frame per
 // subscription (split every PageSize entries), in each subscription's order.
-// It consumes the run: written items have sub set to nil.
+// It consumes the run: written items have sub set to nil. Entries are copied
+// straight into the socket's write buffer: a frame costs no allocation.
 func (c *conn) writeEntries(run []outItem) error {
+	hdr := headerBuffers.Get().(*[]byte)
+	defer headerBuffers.Put(hdr)
 	for i := range run {
 		s := run[i].sub
 		if s == nil {
@@ -270,29 +299,38 @@ func (c *conn) writeEntries(run []outItem) error {
 			}
 			continue
 		}
+		// The cursor precedes the entries, so find the frame's extent first.
+		var last feed.Position
+		n, end := 0, i
+		for k := i; k < len(run) && n < c.e.cfg.PageSize; k++ {
+			if run[k].sub == s {
+				last, n, end = run[k].pos, n+1, k+1
+			}
+		}
+		*hdr = appendLiveChangesStart((*hdr)[:0], s.idJSON, c.e.epoch, last)
 		w, err := c.ws.NextWriter(websocket.TextMessage)
 		if err != nil {
 			return err
 		}
-		var last feed.Position
-		n := 0
-		body := make([]byte, 0, 128)
-		for k := i; k < len(run) && n < c.e.cfg.PageSize; k++ {
+		if _, err := w.Write(*hdr); err != nil {
+			return err
+		}
+		sep := false
+		for k := i; k < end; k++ {
 			if run[k].sub != s {
 				continue
 			}
-			if n > 0 {
-				body = append(body, ',')
+			if sep {
+				if _, err := w.Write(comma); err != nil {
+					return err
+				}
 			}
-			body = append(body, run[k].data...)
-			last = run[k].pos
-			run[k].sub = nil
-			n++
+			if _, err := w.Write(run[k].data); err != nil {
+				return err
+			}
+			run[k].sub, sep = nil, true
 		}
-		frame := appendChangesStart(make([]byte, 0, 96+len(body)), s.idJSON, c.e.cursorString(last))
-		frame = append(frame, body...)
-		frame = appendChangesEnd(frame)
-		if _, err := w.Write(frame); err != nil {
+		if _, err := w.Write(changesEnd); err != nil {
 			return err
 		}
 		if err := w.Close(); err != nil {
@@ -304,3 +342,11 @@ func (c *conn) writeEntries(run []outItem) error {
 	}
 	return nil
 }
+
+var (
+	comma      = []byte{','}
+	changesEnd = []byte{']', '}'}
+	// headerBuffers hold the start of live changes frames while they are
+	// written.
+	headerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/tidesync/tide/core/feed"
 )
 
 // ProtocolVersion is the wire protocol version this package speaks. Every
@@ -243,3 +245,14 @@ func appendChangesStart(b, idJSON []byte, cursor string) []byte {
 }
 
 func appendChangesEnd(b []byte) []byte { return append(b, ']', '}') }
+
+// appendLiveChangesStart is appendChangesStart with a change cursor built
+// in place, for the live path where a frame must not allocate.
+func appendLiveChangesStart(b, idJSON []byte, epoch string, pos feed.Position) []byte {
+	b = appendFrameStart(b, FrameChanges)
+	b = append(b, `,"id":`...)
+	b = append(b, idJSON...)
+	b = append(b, `,"cursor":"`...)
+	b = appendCursor(b, epoch, pos)
+	return append(b, `","entries":[`...)
+}

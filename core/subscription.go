@@ -252,14 +252,14 @@ func (s *subscription) goLive(hw feed.Position) bool {
 		if s.state != subLive {
 			break
 		}
-		s.deliverLocked(b.pos, b.entry)
+		s.deliverLocked(b.pos, b.entry, nil)
 	}
 	return true
 }
 
 // push offers a live change to the subscription. It runs on the tailer's
 // goroutine, in position order.
-func (s *subscription) push(c *feed.Change, enc *entryBytes) {
+func (s *subscription) push(c *feed.Change, enc *entryBytes, kicks *[]*conn) {
 	entry := s.res.entryFor(s.principal(), c, enc)
 	if entry == nil {
 		return
@@ -285,7 +285,7 @@ func (s *subscription) push(c *feed.Change, enc *entryBytes) {
 		if c.Pos <= s.delivered {
 			return
 		}
-		s.deliverLocked(c.Pos, entry)
+		s.deliverLocked(c.Pos, entry, kicks)
 	case subDesynced:
 		// Dropped: the replay after the queue drains covers it.
 	}
@@ -293,8 +293,8 @@ func (s *subscription) push(c *feed.Change, enc *entryBytes) {
 
 // deliverLocked queues a live entry, or marks the subscription desynced if
 // the socket's queue is full. The caller holds s.mu.
-func (s *subscription) deliverLocked(pos feed.Position, entry []byte) {
-	if s.c.trySendEntry(s, pos, entry) {
+func (s *subscription) deliverLocked(pos feed.Position, entry []byte, kicks *[]*conn) {
+	if s.c.trySendEntry(s, pos, entry, kicks) {
 		s.delivered = pos
 		return
 	}

@@ -1,0 +1,116 @@
+package core_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/middleware"
+)
+
+// BenchmarkFanout measures live deliveries through real WebSockets on
+// loopback: b.N changes, each delivered to every subscriber of one scope.
+// The reported deliveries/s counts entries received by the clients.
+func BenchmarkFanout(b *testing.B) {
+	for _, subs := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("subs=%d", subs), func(b *testing.B) { benchFanout(b, subs) })
+	}
+}
+
+func benchFanout(b *testing.B, subs int) {
+	e, err := core.New(core.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	todos, err := core.Register(e, core.Resource[todo]{Table: "todos", Authorize: authz.Allow})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(middleware.Handler(e))
+	defer ts.Close()
+	defer e.Shutdown(context.Background())
+	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
+	var received atomic.Int64
+	target := int64(b.N) * int64(subs)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	conns := make([]*websocket.Conn, subs)
+	for i := range conns {
+		c, _, err := websocket.DefaultDialer.Dial(url, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = c
+		c.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"hello"}`))
+		c.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p"}}`))
+		for {
+			_, data, err := c.ReadMessage()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if bytes.Contains(data, []byte(`"caught-up"`)) {
+				break
+			}
+		}
+	}
+	opMarker := []byte(`{"op":`)
+	for _, c := range conns {
+		wg.Add(1)
+		go func(c *websocket.Conn) {
+			defer wg.Done()
+			buf := make([]byte, 0, 64<<10)
+			for {
+				_, r, err := c.NextReader()
+				if err != nil {
+					return
+				}
+				buf = buf[:0]
+				for {
+					if len(buf) == cap(buf) {
+						buf = append(buf, 0)[:len(buf)]
+					}
+					n, err := r.Read(buf[len(buf):cap(buf)])
+					buf = buf[:len(buf)+n]
+					if err != nil {
+						break
+					}
+				}
+				if received.Add(int64(bytes.Count(buf, opMarker))) == target {
+					close(done)
+				}
+			}
+		}(c)
+	}
+	row := todo{ProjectID: "p", Title: strings.Repeat("x", 100)}
+	b.ResetTimer()
+	start := time.Now()
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		row.ID = fmt.Sprint(i % 1000)
+		if err := todos.Upsert(ctx, row); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		b.Fatalf("received %d of %d", received.Load(), target)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(target)/el.Seconds(), "deliveries/s")
+	for _, c := range conns {
+		c.Close()
+	}
+	wg.Wait()
+}
