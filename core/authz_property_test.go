@@ -697,6 +697,32 @@ func (c *propConn) read() {
 	}
 }
 
+// barrier writes fence row n and waits until every connection has seen
+// it. Dispatch is in position order, so every change written before it has
+// then been dispatched to every live subscription.
+func (w *propWorld) barrier(ctx context.Context, n int64) {
+	w.mu.Lock()
+	w.fenceWant = n
+	conns := slices.Clone(w.conns)
+	w.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		if c.fence < n {
+			c.fseen = make(chan struct{})
+		}
+		c.mu.Unlock()
+	}
+	if err := w.fence.Upsert(ctx, fenceRow{ID: "f", N: n}); err != nil {
+		w.t.Fatal(err)
+	}
+	for _, c := range conns {
+		c.mu.Lock()
+		seen := c.fseen
+		c.mu.Unlock()
+		w.await(seen, "the fence")
+	}
+}
+
 func (c *propConn) apply(f core.ServerFrame, data []byte) {
 	w := c.w
 	if f.ID == "fence" {
@@ -1002,8 +1028,11 @@ func (w *propWorld) run(writes int) {
 			midway = midway[:0]
 		}
 	}
-	// After the writes: resume from cursors stored mid-way and from before
-	// any write (a replay of the whole log).
+	// After the writes, once the engine has dispatched all of them (so the
+	// late subscriptions' high-water covers the whole log): resume from
+	// cursors stored mid-way and from before any write (a replay of the
+	// whole log).
+	w.barrier(ctx, 1)
 	var late []*propSub
 	for _, m := range append(midway, atStart...) {
 		late = append(late, w.resume(m.s, m.cursor, m.copy))
@@ -1015,16 +1044,7 @@ func (w *propWorld) run(writes int) {
 
 	// Every subscription is live: a fence row written now reaches each
 	// connection after every change before it.
-	w.mu.Lock()
-	w.fenceWant = 1
-	conns := slices.Clone(w.conns)
-	w.mu.Unlock()
-	if err := w.fence.Upsert(ctx, fenceRow{ID: "f", N: 1}); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range conns {
-		w.await(c.fseen, "the fence")
-	}
+	w.barrier(ctx, 2)
 
 	if st := w.e.Stats(); st.Dropped != 0 {
 		t.Fatalf("%d live changes were dropped: the fence does not prove delivery", st.Dropped)

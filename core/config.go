@@ -28,6 +28,15 @@ type Config struct {
 	// restart.
 	Feed feed.Feed
 
+	// Bus is the source of live changes: the tailer reads it, while replays,
+	// snapshots and the head come from Feed. Zero value: Feed itself (with
+	// the Postgres feed, the change log is the bus and NOTIFY its doorbell:
+	// each node tails it with one query per wake-up). Package natsbus
+	// provides a NATS JetStream bus fed by package replicator. A bus that
+	// implements feed.Interested is told which topics this node's
+	// subscriptions need.
+	Bus feed.Bus
+
 	// BuildID identifies the server build. A client whose hello carries a
 	// different build id gets an update-available frame. Zero value: "" (no
 	// version-skew check).

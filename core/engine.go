@@ -22,13 +22,16 @@ import (
 // connection or poll needs it, however many handlers or servers use the
 // engine. An Engine is safe for concurrent use.
 type Engine struct {
-	cfg    Config
-	feed   feed.Feed
-	epoch  string // the feed's epoch; set by the tailer before ready is closed
-	hub    *hub
-	auth   *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
-	ctx    context.Context // cancelled by Shutdown
-	cancel context.CancelFunc
+	cfg      Config
+	feed     feed.Feed
+	bus      busState // the tailer's source of live changes
+	epoch    string   // the feed's epoch; set by the tailer before ready is closed
+	hub      *hub
+	heads    headBatcher
+	coalesce coalescer
+	auth     *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
+	ctx      context.Context // cancelled by Shutdown
+	cancel   context.CancelFunc
 
 	mu        sync.RWMutex
 	resources map[string]*resource
@@ -65,6 +68,7 @@ func New(cfg Config) (*Engine, error) {
 		conns:     map[*conn]struct{}{},
 		ready:     make(chan struct{}),
 	}
+	e.bus = newBusState(cfg.Bus, f)
 	e.hub = newHub(e)
 	e.auth = newTokenTimers(ctx, cfg.Clock)
 	return e, nil
@@ -177,21 +181,26 @@ func (e *Engine) tailLoop() {
 			return
 		}
 	}
+	e.hub.advance(pos)
 	close(e.ready)
 	const batch = 1024
 	for attempt := 0; ; {
-		changes, err := e.feed.Tail(ctx, pos, batch)
+		changes, err := e.bus.src.Tail(ctx, pos, batch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if errors.Is(err, feed.ErrCursorExpired) {
-				// The tailer fell behind retention: everyone resyncs from
-				// their own cursor, which yields a reset where needed.
+				// The tailer fell behind retention (of the feed, or of the
+				// bus): everyone resyncs from their own cursor through the
+				// feed, which yields a reset where needed.
 				head, herr := e.feed.Head(ctx)
 				if herr == nil {
 					e.cfg.Logger.Warn("tide: tailer fell behind the retained change log; resyncing every subscription", "pos", pos, "head", head)
 					pos = head
+					// The skipped changes count as dispatched: every
+					// subscription replays them, up to at least head.
+					e.hub.advance(head)
 					e.hub.desyncAll()
 					continue
 				}
@@ -290,7 +299,9 @@ type counters struct {
 	connections     atomic.Int64
 	subscriptions   atomic.Int64
 	replayQueries   atomic.Int64
+	replayShared    atomic.Int64
 	snapshotQueries atomic.Int64
+	snapshotShared  atomic.Int64
 	delivered       atomic.Int64
 	dropped         atomic.Int64
 	resets          atomic.Int64
@@ -303,7 +314,9 @@ type Stats struct {
 	Connections     int64 // open WebSocket connections
 	Subscriptions   int64 // active subscriptions
 	ReplayQueries   int64 // replay pages read from the feed
+	ReplayShared    int64 // replay pages served by another subscription's read of the same page
 	SnapshotQueries int64 // snapshot pages read from the feed
+	SnapshotShared  int64 // snapshot pages served by another subscription's read of the same page
 	Delivered       int64 // live entries queued to sockets
 	Dropped         int64 // live entries dropped for backpressure
 	Resets          int64 // reset frames sent
@@ -318,7 +331,9 @@ func (e *Engine) Stats() Stats {
 		Connections:     s.connections.Load(),
 		Subscriptions:   s.subscriptions.Load(),
 		ReplayQueries:   s.replayQueries.Load(),
+		ReplayShared:    s.replayShared.Load(),
 		SnapshotQueries: s.snapshotQueries.Load(),
+		SnapshotShared:  s.snapshotShared.Load(),
 		Delivered:       s.delivered.Load(),
 		Dropped:         s.dropped.Load(),
 		Resets:          s.resets.Load(),

@@ -3,6 +3,7 @@ package core
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tidesync/tide/core/feed"
 )
@@ -21,6 +22,11 @@ type hub struct {
 	mu    sync.RWMutex
 	res   map[string]*resIndex
 	kicks []*conn // dispatch's scratch list of connections to start writers for
+	// dispatched is the position of the last change of the last batch
+	// dispatched (or a position the bus reported as covered). Written only
+	// inside the same critical section as the batch it covers; see
+	// dispatchedUpTo.
+	dispatched atomic.Uint64
 }
 
 // resIndex holds the groups of one resource. A group is indexed under the
@@ -53,6 +59,7 @@ func (h *hub) add(s *subscription) {
 	if g == nil {
 		g = &group{scope: s.scope}
 		ri.groups[s.scope.Key()] = g
+		h.groupAdded(g.scope)
 		if len(g.scope.Conds) == 0 {
 			ri.all = append(ri.all, g)
 		} else {
@@ -92,6 +99,7 @@ func (h *hub) remove(s *subscription) {
 		return
 	}
 	delete(ri.groups, s.scope.Key())
+	h.groupRemoved(g.scope)
 	if len(g.scope.Conds) == 0 {
 		ri.all = deleteGroup(ri.all, g)
 		return
@@ -140,9 +148,37 @@ func (h *hub) dispatch(changes []feed.Change) {
 			}
 		}
 	}
+	// Still under the read lock: whoever reads dispatchedUpTo after this
+	// batch sees a position that covers it.
+	if n := len(changes); n > 0 {
+		h.setDispatched(changes[n-1].Pos)
+	}
 	kickQueued(kicks)
 	clear(kicks)
 	h.kicks = kicks[:0]
+}
+
+func (h *hub) setDispatched(pos feed.Position) {
+	if uint64(pos) > h.dispatched.Load() {
+		h.dispatched.Store(uint64(pos))
+	}
+}
+
+// advance records that every change up to pos counts as dispatched without
+// dispatching anything: a position a bus reports as covered.
+func (h *hub) advance(pos feed.Position) {
+	h.mu.Lock()
+	h.setDispatched(pos)
+	h.mu.Unlock()
+}
+
+// dispatchedUpTo returns the position up to which every change has been
+// dispatched. The write lock waits out a batch in progress, and a batch
+// records its end before releasing its lock.
+func (h *hub) dispatchedUpTo() feed.Position {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return feed.Position(h.dispatched.Load())
 }
 
 // deliver offers c to every subscription of g if g's scope matches, encoding

@@ -119,37 +119,87 @@ func (f *rowFilter) call(p authz.Principal, row any) (ok bool) {
 }
 
 // page is one page of entries read from the feed and encoded for a
-// principal.
+// principal. Its buffer starts with pageHeadroom free bytes, where sendPage
+// writes the frame's header, so a page becomes a frame without a copy.
 type page struct {
-	body    []byte        // encoded entries, comma-separated
-	n       int           // entries in body
+	buf     []byte        // pageHeadroom bytes, then the encoded entries, comma-separated
+	n       int           // entries in the page
 	read    int           // changes or rows the feed returned
 	last    feed.Position // replay: position of the last change read
 	lastKey string        // snapshot: key of the last row read
 	pos     feed.Position // snapshot: the position the page is consistent at
 }
 
+// pageHeadroom is room for a changes frame's header: the frame start, an id
+// of up to 128 bytes and a change cursor. Longer headers (escaped ids,
+// snapshot cursors with long keys) are copied instead.
+const pageHeadroom = 256
+
+// newPage sizes a page's buffer for the changes it will hold.
+func newPage(changes []feed.Change) page {
+	size := pageHeadroom + 2
+	for i := range changes {
+		size += len(changes[i].Row) + len(changes[i].Key) + len(changes[i].Origin) + 48
+	}
+	return page{buf: make([]byte, pageHeadroom, size), read: len(changes)}
+}
+
+// entries returns the page's encoded entries.
+func (pg *page) entries() []byte { return pg.buf[pageHeadroom:] }
+
 func (pg *page) add(entry []byte) {
 	if entry == nil {
 		return
 	}
 	if pg.n > 0 {
-		pg.body = append(pg.body, ',')
+		pg.buf = append(pg.buf, ',')
 	}
-	pg.body = append(pg.body, entry...)
+	pg.buf = append(pg.buf, entry...)
 	pg.n++
+}
+
+// addChange appends the entry p receives for c, encoding it in place when
+// the resource has no row filter (the common case: no per-entry garbage).
+func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapshot bool) {
+	if r.filter != nil {
+		pg.add(r.see(p, c, nil, snapshot))
+		return
+	}
+	if pg.n > 0 {
+		pg.buf = append(pg.buf, ',')
+	}
+	if c.Op == feed.OpUpsert {
+		pg.buf = appendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
+	} else {
+		pg.buf = appendEntry(pg.buf, "delete", c.Key, nil, c.Origin)
+	}
+	pg.n++
+}
+
+// frame turns the page into a changes frame with the given header, in
+// place when the header fits the headroom.
+func (pg *page) frame(header []byte) []byte {
+	var f []byte
+	if len(header) <= pageHeadroom {
+		start := pageHeadroom - len(header)
+		copy(pg.buf[start:], header)
+		f = pg.buf[start:]
+	} else {
+		f = append(header, pg.entries()...)
+	}
+	return appendChangesEnd(f)
 }
 
 // replayPage reads the changes of sc in (after, until], at most limit.
 func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after, until feed.Position, limit int) (page, error) {
-	e.stats.replayQueries.Add(1)
-	changes, err := e.feed.Replay(ctx, feed.ReplayQuery{Scope: sc, After: after, Until: until, Limit: limit})
+	changes, err := e.sharedReplay(ctx, feed.ReplayQuery{Scope: sc, After: after, Until: until, Limit: limit})
 	if err != nil {
 		return page{}, err
 	}
-	pg := page{read: len(changes), last: after}
+	pg := newPage(changes)
+	pg.last = after
 	for i := range changes {
-		pg.add(r.entryFor(p, &changes[i], nil))
+		pg.addChange(r, p, &changes[i], false)
 		pg.last = changes[i].Pos
 	}
 	return pg, nil
@@ -158,14 +208,14 @@ func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal,
 // snapshotPage reads up to limit current rows of sc with keys after the
 // given one.
 func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int) (page, error) {
-	e.stats.snapshotQueries.Add(1)
-	sp, err := e.feed.Snapshot(ctx, feed.SnapshotQuery{Scope: sc, After: after, HasAfter: hasAfter, Limit: limit})
+	sp, err := e.sharedSnapshot(ctx, feed.SnapshotQuery{Scope: sc, After: after, HasAfter: hasAfter, Limit: limit})
 	if err != nil {
 		return page{}, err
 	}
-	pg := page{read: len(sp.Rows), pos: sp.Pos, lastKey: after}
+	pg := newPage(sp.Rows)
+	pg.pos, pg.lastKey = sp.Pos, after
 	for i := range sp.Rows {
-		pg.add(r.see(p, &sp.Rows[i], nil, true))
+		pg.addChange(r, p, &sp.Rows[i], true)
 		pg.lastKey = sp.Rows[i].Key
 	}
 	return pg, nil

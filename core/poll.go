@@ -105,7 +105,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 }
 
 func encodePollPage(pg page, cursor string, more bool) []byte {
-	b := appendFrameStart(make([]byte, 0, len(pg.body)+128), FrameChanges)
+	b := appendFrameStart(make([]byte, 0, len(pg.entries())+128), FrameChanges)
 	b = appendField(b, "cursor", cursor)
 	if more {
 		b = append(b, `,"more":true`...)
@@ -113,7 +113,7 @@ func encodePollPage(pg page, cursor string, more bool) []byte {
 		b = append(b, `,"more":false`...)
 	}
 	b = append(b, `,"entries":[`...)
-	b = append(b, pg.body...)
+	b = append(b, pg.entries()...)
 	return appendChangesEnd(b)
 }
 

@@ -71,8 +71,11 @@ func (s *subscription) start(cur Cursor, hasCursor bool) {
 		err = e.awaitReady(s.ctx)
 	}
 	if err == nil {
-		// Live interest first, then the replay high-water: see hub.
-		e.hub.add(s)
+		// Live interest first (in the hub, and in the bus: bus.go), then
+		// the replay high-water: see hub.
+		err = e.joinHub(s)
+	}
+	if err == nil {
 		if s.ctx.Err() != nil {
 			e.hub.remove(s)
 			return
@@ -138,17 +141,11 @@ func (s *subscription) catchUp(cur Cursor, hasCursor bool) error {
 			}
 			from, snapshot, after, hasAfter = start, false, "", false
 		}
-		hw, err := e.feed.Head(s.ctx)
-		if err != nil {
-			return err
-		}
+		hw, err := s.highWater(from)
 		reason := "cursor_expired"
-		if from > hw {
-			// A cursor beyond the head of its own log (a database restored
-			// from a backup keeps its epoch) would silently skip every
-			// change up to it.
+		if errors.Is(err, errCursorAhead) {
 			err, reason = feed.ErrCursorExpired, "cursor_ahead"
-		} else {
+		} else if err == nil {
 			err = s.sendReplay(from, hw)
 		}
 		if errors.Is(err, feed.ErrCursorExpired) {
@@ -166,6 +163,26 @@ func (s *subscription) catchUp(cur Cursor, hasCursor bool) error {
 		}
 		from = hw // the buffer overflowed: another round from where this one ended
 	}
+}
+
+var errCursorAhead = errors.New("tide: cursor beyond the feed's head")
+
+// highWater pins the high-water of a catch-up round that starts at from:
+// the feed's head, read after the subscription registered with the hub, so
+// every later change reaches it live. Subscriptions that ask at about the
+// same time share one head query (see Engine.head) and therefore the same
+// high-water, so their replays of one scope are the same query and
+// coalesce (coalesce.go). A start beyond the head is a cursor from a
+// database restored from a backup, which would skip every change up to it.
+func (s *subscription) highWater(from feed.Position) (feed.Position, error) {
+	head, err := s.c.e.head(s.ctx)
+	if err != nil {
+		return 0, err
+	}
+	if from > head {
+		return 0, errCursorAhead
+	}
+	return head, nil
 }
 
 // sendSnapshot sends the scope's current rows in pages, each with a snapshot
@@ -197,31 +214,54 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 	}
 }
 
-// sendReplay sends the scope's changes in (from, until] in pages.
+// sendReplay sends the scope's changes in (from, until] in pages. The next
+// page is read from the feed while the current one is queued and written,
+// so the database and the socket work at the same time.
 func (s *subscription) sendReplay(from, until feed.Position) error {
 	e := s.c.e
-	for from < until {
-		pg, err := e.replayPage(s.ctx, s.res, s.principal(), s.scope, from, until, s.limit)
-		if err != nil {
-			return err
+	if from >= until {
+		return nil
+	}
+	type result struct {
+		pg  page
+		err error
+	}
+	next := make(chan result, 1)
+	fetch := func(after feed.Position) {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			pg, err := e.replayPage(s.ctx, s.res, s.principal(), s.scope, after, until, s.limit)
+			next <- result{pg, err}
+		}()
+	}
+	fetch(from)
+	for {
+		r := <-next
+		if r.err != nil {
+			return r.err
 		}
-		if pg.n > 0 {
-			if err := s.sendPage(pg, e.cursorString(pg.last)); err != nil {
+		more := r.pg.read == s.limit && r.pg.last < until
+		if more {
+			fetch(r.pg.last)
+		}
+		if r.pg.n > 0 {
+			if err := s.sendPage(r.pg, e.cursorString(r.pg.last)); err != nil {
+				if more {
+					<-next // the prefetch ends with s.ctx
+				}
 				return err
 			}
 		}
-		if pg.read < s.limit {
+		if !more {
 			return nil
 		}
-		from = pg.last
 	}
-	return nil
 }
 
 func (s *subscription) sendPage(pg page, cursor string) error {
-	frame := appendChangesStart(make([]byte, 0, len(pg.body)+128), s.idJSON, cursor)
-	frame = append(frame, pg.body...)
-	return s.c.sendFrameWait(s.ctx, appendChangesEnd(frame))
+	var hdr [pageHeadroom]byte
+	return s.c.sendFrameWait(s.ctx, pg.frame(appendChangesStart(hdr[:0], s.idJSON, cursor)))
 }
 
 func (s *subscription) reset(reason string) error {

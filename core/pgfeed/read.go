@@ -10,7 +10,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidesync/tide/core/feed"
@@ -89,39 +88,8 @@ func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 FROM (SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
   FROM ` + n.meta + ` m LEFT JOIN ` + n.resources + ` r ON r.name = ` + res + `) AS floor) f
 LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin FROM ` + n.changes + `
- WHERE ` + where.String() + ` ORDER BY pos LIMIT $3) c ON true ORDER BY c.pos`
+ WHERE ` + where.String() + ` ORDER BY pos LIMIT $3) c ON true`
 	return sql, args
-}
-
-// scanChanges reads rows of (floor, pos, resource, op, key, scope, data,
-// origin); pos 0 marks the empty row of a LEFT JOIN. resource, if not
-// empty, overrides the column.
-func scanChanges(rows pgx.Rows, resource string) (int64, []feed.Change, error) {
-	defer rows.Close()
-	var floor int64
-	var out []feed.Change
-	for rows.Next() {
-		var c feed.Change
-		var p int64
-		var op int16
-		var data []byte // not json.RawMessage, which pgx would re-validate with encoding/json
-		if err := rows.Scan(&floor, &p, &c.Resource, &op, &c.Key, &c.Scope, &data, &c.Origin); err != nil {
-			return 0, nil, err
-		}
-		c.Row = data
-		if p == 0 {
-			continue
-		}
-		c.Pos, c.Op = feed.Position(p), feed.Op(op)
-		if resource != "" {
-			c.Resource = resource
-		}
-		if c.Scope == nil {
-			c.Scope = []string{}
-		}
-		out = append(out, c)
-	}
-	return floor, out, rows.Err()
 }
 
 // Snapshot returns up to q.Limit of the scope's current rows with keys after
