@@ -50,11 +50,23 @@ func newHandler(e *core.Engine, o options) *handler {
 	// serveWS checks the origin before upgrading, to answer with an error
 	// frame; the upgrader checks again, so no path skips the check.
 	h.upgrader.CheckOrigin = h.o.originAllowed
+	h.upgrader.Error = upgradeError
 	if o.keyring != nil {
 		h.tokenPath = o.prefix + "/token"
 		h.tokens = &tokenHandler{kr: o.keyring, o: &h.o}
 	}
 	return h
+}
+
+// Routes returns the two halves of Middleware for framework adapters whose
+// middleware is not a func(http.Handler) http.Handler (tideecho, tidegin):
+// h serves tide's routes, as Handler does, and owns reports whether a
+// request is for one of them, so the adapter hands every other request to
+// the framework's next handler untouched. owns reads only the request's
+// path; both are safe for concurrent use.
+func Routes(e *core.Engine, opts ...Option) (h http.Handler, owns func(*http.Request) bool) {
+	hh := newHandler(e, buildOptions(opts))
+	return hh, hh.owns
 }
 
 // owns reports whether the request is for one of tide's routes.
@@ -90,8 +102,7 @@ func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, ok := w.(http.Hijacker); !ok {
-		writeError(w, http.StatusInternalServerError, &core.Error{Code: core.CodeInternal,
-			Message: "the http.ResponseWriter cannot be hijacked for a WebSocket upgrade: remove timeout, gzip or other response-wrapping middleware from the tide route"})
+		writeError(w, http.StatusInternalServerError, &core.Error{Code: core.CodeInternal, Message: cannotHijack})
 		return
 	}
 	if !h.o.originAllowed(r) {
@@ -148,6 +159,25 @@ func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(out)
+}
+
+// cannotHijack names the usual cause of a failed takeover of the connection.
+const cannotHijack = "the http.ResponseWriter cannot be hijacked for a WebSocket upgrade: remove timeout, gzip or other response-wrapping middleware from the tide route"
+
+// upgradeError answers a refused upgrade with an error frame, like every
+// other refusal. gorilla answers 500 when the connection cannot be taken
+// over: a framework's response writer always has a Hijack method, and only
+// calling it shows that what it wraps (an http.TimeoutHandler, say) cannot.
+func upgradeError(w http.ResponseWriter, _ *http.Request, status int, reason error) {
+	w.Header().Set("Sec-Websocket-Version", "13") // as gorilla's own answer, for clients of another version
+	switch status {
+	case http.StatusInternalServerError:
+		writeError(w, status, &core.Error{Code: core.CodeInternal, Message: cannotHijack + " (" + reason.Error() + ")"})
+	case http.StatusForbidden:
+		writeError(w, status, &core.Error{Code: core.CodeForbidden, Message: reason.Error()})
+	default:
+		writeError(w, status, &core.Error{Code: core.CodeBadFrame, Message: reason.Error()})
+	}
 }
 
 // statusFor maps a wire error code to an HTTP status.

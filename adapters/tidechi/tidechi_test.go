@@ -1,0 +1,118 @@
+package tidechi_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
+	"go.uber.org/goleak"
+
+	"github.com/tidesync/tide/adapters/adaptertest"
+	"github.com/tidesync/tide/adapters/tidechi"
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/middleware"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestConformance runs the shared cases with tide added by r.Use, behind
+// chi's own Logger, Recoverer, Compress and Timeout, which must keep the
+// WebSocket upgrade working.
+func TestConformance(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, false) })
+}
+
+// TestConformanceHandler runs them with tide's Handler mounted at its
+// prefix instead (r.Mount), beside an app route under the same prefix.
+func TestConformanceHandler(t *testing.T) {
+	adaptertest.RunHandler(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, true) })
+}
+
+type userKey struct{}
+
+// buildApp is adaptertest's app on chi, with tide as middleware or, if
+// mount, as a mounted handler.
+func buildApp(t *testing.T, app *adaptertest.App, mount bool) http.Handler {
+	opts := append([]middleware.Option{tidechi.PrincipalFrom(func(r *http.Request) (authz.Principal, error) {
+		user, ok := r.Context().Value(userKey{}).(string)
+		if !ok {
+			return authz.Anonymous, nil
+		}
+		return app.Principal(user), nil
+	})}, app.Options...)
+
+	r := chi.NewRouter()
+	r.Use(chimw.RequestLogger(&chimw.DefaultLogFormatter{Logger: testLogger{t}}), chimw.Recoverer, chimw.Compress(5), chimw.Timeout(time.Minute))
+	r.Use(chimw.RealIP, ban(app), session(app))
+	if !mount {
+		r.Use(tidechi.Middleware(app.Engine, opts...))
+		r.Use(func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				app.Reached(r)
+				next.ServeHTTP(w, r)
+			})
+		})
+	}
+	r.Post("/login", func(w http.ResponseWriter, r *http.Request) {
+		id, err := app.Login(r.FormValue("user"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: adaptertest.SessionCookie, Value: id, Path: "/", HttpOnly: true})
+		w.WriteHeader(http.StatusNoContent)
+	})
+	r.Get("/teapot", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-App", "teapot")
+		w.WriteHeader(http.StatusTeapot)
+		_, _ = io.WriteString(w, "short and stout")
+	})
+	r.Get("/origin", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, core.OriginFrom(r.Context()))
+	})
+	r.Get("/tide/about", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "about") })
+	if mount {
+		r.Mount("/tide", tidechi.Handler(app.Engine, opts...)) // chi routes /tide/about first: it is static
+	}
+	return r
+}
+
+func ban(app *adaptertest.App) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ip, _, err := net.SplitHostPort(r.RemoteAddr) // chi's RealIP has set it from X-Real-IP
+			if err != nil {
+				ip = r.RemoteAddr
+			}
+			if app.Banned(ip) {
+				http.Error(w, "banned", http.StatusForbidden)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func session(app *adaptertest.App) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c, err := r.Cookie(adaptertest.SessionCookie); err == nil {
+				if user, ok := app.User(c.Value); ok {
+					r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// testLogger sends chi's request log to the test's log.
+type testLogger struct{ t *testing.T }
+
+func (l testLogger) Print(v ...any) { l.t.Log(v...) }

@@ -1,0 +1,74 @@
+package middleware_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/middleware"
+)
+
+// failingHijacker has a Hijack method that fails, like a framework's
+// writer around an http.TimeoutHandler.
+type failingHijacker struct{ *httptest.ResponseRecorder }
+
+func (failingHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, errors.New("feature not supported")
+}
+
+// TestUpgradeErrors: every refused upgrade is answered with an error frame;
+// a Hijack that fails names the cause.
+func TestUpgradeErrors(t *testing.T) {
+	e, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	h := middleware.Handler(e)
+	upgrade := func() *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/tide/ws", nil)
+		r.Header.Set("Connection", "Upgrade")
+		r.Header.Set("Upgrade", "websocket")
+		r.Header.Set("Sec-WebSocket-Version", "13")
+		r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		return r
+	}
+	for _, c := range []struct {
+		name   string
+		w      *httptest.ResponseRecorder
+		serve  func(w *httptest.ResponseRecorder)
+		status int
+		code   core.Code
+		msg    string
+	}{
+		{"hijack fails", httptest.NewRecorder(), func(w *httptest.ResponseRecorder) { h.ServeHTTP(failingHijacker{w}, upgrade()) },
+			http.StatusInternalServerError, core.CodeInternal, "cannot be hijacked for a WebSocket upgrade: remove timeout, gzip"},
+		{"no Hijack method", httptest.NewRecorder(), func(w *httptest.ResponseRecorder) { h.ServeHTTP(w, upgrade()) },
+			http.StatusInternalServerError, core.CodeInternal, "cannot be hijacked"},
+		{"not an upgrade", httptest.NewRecorder(), func(w *httptest.ResponseRecorder) {
+			h.ServeHTTP(failingHijacker{w}, httptest.NewRequest(http.MethodGet, "/tide/ws", nil))
+		}, http.StatusBadRequest, core.CodeBadFrame, "websocket"},
+	} {
+		c.serve(c.w)
+		f, err := core.DecodeServerFrame(c.w.Body.Bytes())
+		if c.w.Code != c.status || err != nil || f.Code != c.code || !strings.Contains(f.Message, c.msg) {
+			t.Errorf("%s: %d %s", c.name, c.w.Code, c.w.Body)
+		}
+	}
+}
+
+// TestRoutes: owns is true exactly for the paths the handler serves.
+func TestRoutes(t *testing.T) {
+	_, owns := middleware.Routes(nil, middleware.WithPrefix("/sync/"))
+	for path, want := range map[string]bool{"/sync/ws": true, "/sync/changes": true, "/sync/token": false, "/tide/ws": false, "/sync": false} {
+		if got := owns(httptest.NewRequest(http.MethodGet, path, nil)); got != want {
+			t.Errorf("owns(%s) = %v", path, got)
+		}
+	}
+}
