@@ -50,10 +50,16 @@ var ErrBadServerFrame = errors.New("tide: bad server frame")
 // DecodeServerFrame parses one server frame and checks the fields its type
 // requires. Unknown frame types are returned without error so that old
 // clients tolerate new informational frames; callers ignore them.
+//
+// Entry rows of a changes frame may share data's memory: do not modify data
+// while the frame is in use.
 func DecodeServerFrame(data []byte) (ServerFrame, error) {
-	var f ServerFrame
-	if err := json.Unmarshal(data, &f); err != nil {
-		return ServerFrame{}, fmt.Errorf("%w: %v", ErrBadServerFrame, err)
+	f, ok := decodeChangesFast(data)
+	if !ok {
+		f = ServerFrame{}
+		if err := json.Unmarshal(data, &f); err != nil {
+			return ServerFrame{}, fmt.Errorf("%w: %v", ErrBadServerFrame, err)
+		}
 	}
 	if f.V != ProtocolVersion {
 		return f, fmt.Errorf("%w: protocol version %d", ErrBadServerFrame, f.V)

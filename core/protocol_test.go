@@ -2,6 +2,7 @@ package core
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -166,4 +167,62 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 			t.Fatalf("%q decodes to %q, encoding/json gives %q", s, back, wantBack)
 		}
 	}
+}
+
+// FuzzDecodeChangesFast: wherever the fast path answers, encoding/json
+// decodes the same frame.
+func FuzzDecodeChangesFast(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"type":"changes","id":"s","cursor":"1.e.2","entries":[{"op":"upsert","key":"k","row":{"a":1,"b":[true,null,"x\"y"],"c":{"d":-1.5e3}}},{"op":"delete","key":"j","origin":"o"}]}`,
+		`{"v":1,"type":"changes","cursor":"1.e.2","more":true,"entries":[]}`,
+		`{"v":1,"type":"changes","id":"s","cursor":"1.e.2","entries":[{"op":"upsert","key":"k","row":{"a": 1, "t": "2026-11-30T15:04:05.123456Z"},"resource":"r"}]}`,
+		`{"v":1,"type":"changes","id":"s","cursor":"1.e.2","entries":[{"op":"upsert","key":"k","row":null}]}`,
+		`{"v":1,"type":"changes","id":"\u00e9","cursor":"c","entries":[]}`,
+		`{"v":1,"type":"changes","id":"s","cursor":"c","entries":[{"op":"upsert","key":"k","row":{"a":01}}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, ok := decodeChangesFast(data)
+		if !ok {
+			return
+		}
+		var slow ServerFrame
+		if err := json.Unmarshal(data, &slow); err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		a, _ := json.Marshal(fast)
+		b, _ := json.Marshal(slow)
+		if string(a) != string(b) {
+			t.Fatalf("%q:\nfast %s\nslow %s", data, a, b)
+		}
+	})
+}
+
+func BenchmarkDecodeServerFrame(b *testing.B) {
+	var entries []byte
+	for i := 0; i < 1000; i++ {
+		if i > 0 {
+			entries = append(entries, ',')
+		}
+		entries = appendEntry(entries, "upsert", fmt.Sprintf("k%d", i), json.RawMessage(fmt.Sprintf(`{"id":"k%d","tenant":"t1","grp":2,"title":"a title of a typical length %d","n":%d}`, i, i, i)), "")
+	}
+	frame := appendChangesEnd(append(appendChangesStart(nil, appendJSONString(nil, "s1"), "1.e.5"), entries...))
+	b.Run("fast", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		for b.Loop() {
+			if _, err := DecodeServerFrame(frame); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		for b.Loop() {
+			var f ServerFrame
+			if err := json.Unmarshal(frame, &f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
