@@ -1,0 +1,47 @@
+package natsbus_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/memfeed"
+	"github.com/tidesync/tide/core/natsbus"
+)
+
+// The engine's live changes come from the stream; its replays, snapshots
+// and head from the feed (Postgres in production; see package replicator
+// for the publishing side).
+func Example() {
+	ctx := context.Background()
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	feed := memfeed.New(memfeed.Options{})
+	bus, err := natsbus.New(ctx, nc, feed, natsbus.Options{Prefix: "myapp"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bus.Close()
+	engine, err := core.New(core.Config{Feed: feed, Bus: bus})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = engine
+}
+
+// Tenants are escaped into one subject token each.
+func ExampleSubject() {
+	fmt.Println(natsbus.Subject("tide", "todos", "p7"))
+	fmt.Println(natsbus.Subject("tide", "todos", "acme.com"))
+	fmt.Println(natsbus.Subject("tide", "todos", ""))
+	// Output:
+	// tide.change.todos.p7
+	// tide.change.todos.acme%2Ecom
+	// tide.change.todos.%
+}

@@ -1,0 +1,184 @@
+package natsbus
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+// Message headers. Nats-Msg-Id ("<epoch>.<pos>") is JetStream's
+// de-duplication id; the Tide-* headers carry what a node needs without
+// decoding the body.
+const (
+	HeaderEpoch = "Tide-Epoch" // the change log's epoch (feed.Feed.Epoch)
+	HeaderPos   = "Tide-Pos"   // the change's position, decimal
+	HeaderPrev  = "Tide-Prev"  // the position of the change published before it in its chain, decimal
+	HeaderBase  = "Tide-Base"  // the position after which its chain started, decimal
+)
+
+// Meta is what a message's headers say about its place in the stream.
+//
+// A chain is a run of messages published without a hole: it starts after
+// Base (the feed's head when a replicator found the stream empty, or had to
+// restart past the feed's retention) and holds every change of the change
+// log after Base, in position order; Prev is the position of the change
+// before this one in the chain (Base for the first). Successive replicator
+// terms continue the chain of the stream's last message.
+type Meta struct {
+	Epoch string        // the change log's epoch
+	Pos   feed.Position // the change's position
+	Prev  feed.Position // the position of the change before it in its chain
+	Base  feed.Position // the position after which its chain starts
+}
+
+// body is the JSON body of a message: the change as feed.Change holds it.
+type body struct {
+	Pos      uint64          `json:"pos"`
+	Resource string          `json:"resource"`
+	Op       string          `json:"op"`
+	Key      string          `json:"key"`
+	Scope    []string        `json:"scope"`
+	Row      json.RawMessage `json:"row,omitempty"`
+	Origin   string          `json:"origin,omitempty"`
+}
+
+// tenantOf returns the tenant of a change: its first scope value, "" if its
+// resource has no scope columns.
+func tenantOf(c *feed.Change) string {
+	if len(c.Scope) == 0 {
+		return ""
+	}
+	return c.Scope[0]
+}
+
+// EncodeMessage returns the message that publishes c under prefix:
+//
+//	subject  <prefix>.change.<Token(resource)>.<Token(tenant)>
+//	headers  Nats-Msg-Id: <epoch>.<pos>   Tide-Epoch, Tide-Pos, Tide-Prev, Tide-Base
+//	body     {"pos":42,"resource":"todos","op":"upsert","key":"t1",
+//	          "scope":["p7"],"row":{...},"origin":"dev-1"}
+//
+// op is "upsert" or "delete"; row (the new row, or the old one of a delete)
+// and origin are left out when empty. m.Pos must equal c.Pos.
+func EncodeMessage(prefix string, c *feed.Change, m Meta) (*nats.Msg, error) {
+	if m.Pos != c.Pos {
+		return nil, fmt.Errorf("natsbus: meta position %d for a change at %d", m.Pos, c.Pos)
+	}
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if c.Op != feed.OpUpsert && c.Op != feed.OpDelete {
+		return nil, fmt.Errorf("natsbus: change at %d has invalid op %d", c.Pos, c.Op)
+	}
+	if c.Resource == "" {
+		return nil, fmt.Errorf("natsbus: change at %d has no resource", c.Pos)
+	}
+	data, err := json.Marshal(body{
+		Pos: uint64(c.Pos), Resource: c.Resource, Op: c.Op.String(), Key: c.Key,
+		Scope: c.Scope, Row: c.Row, Origin: c.Origin,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: encode change at %d: %w", c.Pos, err)
+	}
+	msg := nats.NewMsg(Subject(prefix, c.Resource, tenantOf(c)))
+	msg.Header.Set(nats.MsgIdHdr, m.Epoch+"."+strconv.FormatUint(uint64(m.Pos), 10))
+	msg.Header.Set(HeaderEpoch, m.Epoch)
+	msg.Header.Set(HeaderPos, strconv.FormatUint(uint64(m.Pos), 10))
+	msg.Header.Set(HeaderPrev, strconv.FormatUint(uint64(m.Prev), 10))
+	msg.Header.Set(HeaderBase, strconv.FormatUint(uint64(m.Base), 10))
+	msg.Data = data
+	return msg, nil
+}
+
+// DecodeMeta reads a message's headers.
+func DecodeMeta(h nats.Header) (Meta, error) {
+	var m Meta
+	m.Epoch = h.Get(HeaderEpoch)
+	var err error
+	num := func(name string) feed.Position {
+		if err != nil {
+			return 0
+		}
+		var v uint64
+		v, err = strconv.ParseUint(h.Get(name), 10, 64)
+		if err != nil {
+			err = fmt.Errorf("natsbus: header %s: %w", name, err)
+		}
+		return feed.Position(v)
+	}
+	m.Pos, m.Prev, m.Base = num(HeaderPos), num(HeaderPrev), num(HeaderBase)
+	if err != nil {
+		return Meta{}, err
+	}
+	return m, m.check()
+}
+
+func (m Meta) check() error {
+	if !validEpoch(m.Epoch) {
+		return fmt.Errorf("natsbus: invalid epoch %q", m.Epoch)
+	}
+	if m.Pos == 0 || m.Prev >= m.Pos || m.Base > m.Prev {
+		return fmt.Errorf("natsbus: inconsistent positions: base %d, prev %d, pos %d (want base <= prev < pos)", m.Base, m.Prev, m.Pos)
+	}
+	return nil
+}
+
+// validEpoch mirrors core's rule for feed epochs: 1 to 64 ASCII letters,
+// digits, '-' or '_'.
+func validEpoch(e string) bool {
+	if e == "" || len(e) > 64 {
+		return false
+	}
+	for i := 0; i < len(e); i++ {
+		if !plain(e[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+var errNotObject = errors.New("row is not a JSON object")
+
+// DecodeMessage decodes a message made by EncodeMessage. It checks the
+// headers (DecodeMeta), that the body is a change at the headers' position
+// with a resource, a valid op and, if present, a row that is a JSON object.
+// The subject is routing only and is not read: the body is the truth that
+// fan-out matches.
+func DecodeMessage(h nats.Header, data []byte) (Meta, feed.Change, error) {
+	m, err := DecodeMeta(h)
+	if err != nil {
+		return Meta{}, feed.Change{}, err
+	}
+	var b body
+	if err := json.Unmarshal(data, &b); err != nil {
+		return Meta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", err)
+	}
+	c := feed.Change{Pos: feed.Position(b.Pos), Resource: b.Resource, Key: b.Key, Scope: b.Scope, Origin: b.Origin}
+	switch b.Op {
+	case "upsert":
+		c.Op = feed.OpUpsert
+	case "delete":
+		c.Op = feed.OpDelete
+	default:
+		return Meta{}, feed.Change{}, fmt.Errorf("natsbus: body: invalid op %q", b.Op)
+	}
+	switch {
+	case c.Pos != m.Pos:
+		return Meta{}, feed.Change{}, fmt.Errorf("natsbus: body at %d, headers at %d", c.Pos, m.Pos)
+	case c.Resource == "":
+		return Meta{}, feed.Change{}, errors.New("natsbus: body: no resource")
+	}
+	if len(b.Row) > 0 {
+		if t := bytes.TrimLeft(b.Row, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+			return Meta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", errNotObject)
+		}
+		c.Row = b.Row
+	}
+	return m, c, nil
+}
