@@ -35,9 +35,11 @@
 //     dropped. The transport fences a leader that was replaced but has not
 //     noticed yet (natsbus publishes conditionally on the stream's last
 //     sequence), so two leaders never interleave.
-//   - Readiness: Ready is true while the node's role is healthy, leader or
-//     standby (see Status); a standby is ready, so a load balancer keeps
-//     every node. Handler's ?role=leader answers 200 only on the leader.
+//   - Readiness: Handler answers 200 only on the ready leader; a standby
+//     reports not ready (503), as the replicator role is not active there.
+//     Status.Ready says whether the role is healthy (a standby that can
+//     take over is), and Handler's ?role=any answers 200 for any healthy
+//     role, for load-balancer health checks that must keep every node.
 //
 // With the Postgres bus there is nothing to publish (every node tails the
 // change log itself) and the leader only prunes. Do not also call

@@ -265,18 +265,16 @@ func (r *Replicator) Wait(ctx context.Context, ok func(Status) bool) (Status, er
 	}
 }
 
-// Handler returns the readiness endpoint: GET answers the Status as JSON
-// with 200 when Ready and 503 otherwise. With ?role=leader it answers 200
-// only while this node is the ready leader (for tooling that wants the
-// active replicator; do not use it for load-balancer health, or every
-// standby node leaves the rotation).
+// Handler returns the readiness endpoint of the replicator role. GET
+// answers the Status as JSON, with 200 while this node is the ready leader
+// and 503 otherwise: a standby reports not ready, as do a node that is
+// starting, failing or closed. With ?role=any it answers 200 for any
+// healthy role, standby included: use that form for load-balancer health,
+// since every app node runs a replicator and a standby is a healthy node.
 func (r *Replicator) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		st := r.Status()
-		ok := st.Ready
-		if req.URL.Query().Get("role") == "leader" {
-			ok = ok && st.Role == RoleLeader
-		}
+		ok := st.Ready && (st.Role == RoleLeader || req.URL.Query().Get("role") == "any")
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if !ok {
