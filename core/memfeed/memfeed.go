@@ -153,7 +153,7 @@ func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) 
 	}
 	prepared := make([]feed.Mutation, len(muts))
 	for i, m := range muts {
-		if err := validate(m); err != nil {
+		if err := m.Validate(); err != nil {
 			return fmt.Errorf("%w %d of %d: %s", ErrInvalidMutation, i+1, len(muts), err)
 		}
 		if m.Op == feed.OpUpsert {
@@ -211,36 +211,6 @@ func (f *Feed) append(c feed.Change) {
 	f.head++
 	c.Pos = f.head
 	f.log = append(f.log, c)
-}
-
-// validate reports what is wrong with m, or nil.
-func validate(m feed.Mutation) error {
-	if m.Schema == nil {
-		return errors.New("nil Schema")
-	}
-	if m.Schema.Name == "" {
-		return errors.New("Schema has no Name")
-	}
-	switch m.Op {
-	case feed.OpDelete:
-		return nil
-	case feed.OpUpsert:
-	default:
-		return fmt.Errorf("%s %q: invalid op %d", m.Schema.Name, m.Key, m.Op)
-	}
-	if len(m.Scope) != len(m.Schema.Scope) {
-		return fmt.Errorf("%s %q: upsert has %d scope values, schema declares %d", m.Schema.Name, m.Key, len(m.Scope), len(m.Schema.Scope))
-	}
-	if len(m.Row) == 0 {
-		return fmt.Errorf("%s %q: upsert without a row", m.Schema.Name, m.Key)
-	}
-	if !json.Valid(m.Row) {
-		return fmt.Errorf("%s %q: row is not valid JSON", m.Schema.Name, m.Key)
-	}
-	if trimmed := bytes.TrimLeft(m.Row, " \t\r\n"); trimmed[0] != '{' {
-		return fmt.Errorf("%s %q: row is not a JSON object", m.Schema.Name, m.Key)
-	}
-	return nil
 }
 
 // Tail blocks until a change after `after` is committed, then returns up to

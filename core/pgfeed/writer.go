@@ -1,10 +1,7 @@
 package pgfeed
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -81,32 +78,10 @@ func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) 
 	return f.wrap("apply", err)
 }
 
-// validate reports what is wrong with m, or nil.
+// validate reports what is wrong with m for this feed, or nil.
 func validate(m feed.Mutation) error {
-	if m.Schema == nil {
-		return errors.New("nil Schema")
-	}
-	if err := validSchema(m.Schema); err != nil {
+	if err := m.Validate(); err != nil {
 		return err
 	}
-	switch m.Op {
-	case feed.OpDelete:
-		return nil
-	case feed.OpUpsert:
-	default:
-		return fmt.Errorf("%s %q: invalid op %d", m.Schema.Name, m.Key, m.Op)
-	}
-	if len(m.Scope) != len(m.Schema.Scope) {
-		return fmt.Errorf("%s %q: upsert has %d scope values, schema declares %d", m.Schema.Name, m.Key, len(m.Scope), len(m.Schema.Scope))
-	}
-	if len(m.Row) == 0 {
-		return fmt.Errorf("%s %q: upsert without a row", m.Schema.Name, m.Key)
-	}
-	if !json.Valid(m.Row) {
-		return fmt.Errorf("%s %q: row is not valid JSON", m.Schema.Name, m.Key)
-	}
-	if trimmed := bytes.TrimLeft(m.Row, " \t\r\n"); trimmed[0] != '{' {
-		return fmt.Errorf("%s %q: row is not a JSON object", m.Schema.Name, m.Key)
-	}
-	return nil
+	return validSchema(m.Schema)
 }
