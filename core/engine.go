@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/internal/backoff"
 	"github.com/tidesync/tide/core/memfeed"
 )
 
@@ -226,27 +226,7 @@ func (e *Engine) tailLoop() {
 // (capped at 5 s). It reports false if ctx ended.
 func (e *Engine) backoff(ctx context.Context, attempt int, what string, err error) bool {
 	e.cfg.Logger.Error("tide: feed "+what+" failed; retrying", "err", err, "attempt", attempt)
-	return sleepCtx(ctx, fullJitter(attempt, 50*time.Millisecond, 5*time.Second))
-}
-
-// fullJitter returns a random delay in [0, min(max, base·2^attempt)).
-func fullJitter(attempt int, base, max time.Duration) time.Duration {
-	d := max
-	if attempt < 30 && base<<attempt < max {
-		d = base << attempt
-	}
-	return time.Duration(rand.Int64N(int64(d) + 1))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return backoff.Sleep(ctx, backoff.Jitter(attempt, 50*time.Millisecond, 5*time.Second))
 }
 
 // Draining reports whether Shutdown has begun.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/internal/backoff"
 	"github.com/tidesync/tide/core/pgfeed"
 )
 
@@ -366,7 +366,7 @@ func (r *Replicator) run() {
 		}
 		r.setRole(RoleStandby, false, "lost the lock; waiting before trying again", 0)
 		// Let a standby take over: they retry at least every MaxBackoff.
-		if !sleepCtx(ctx, r.cfg.MaxBackoff+jitter(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
+		if !backoff.Sleep(ctx, r.cfg.MaxBackoff+backoff.Jitter(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
 			return
 		}
 	}
@@ -398,27 +398,7 @@ func closeConn(c *pgx.Conn) {
 }
 
 func (r *Replicator) sleep(ctx context.Context, attempt int) bool {
-	return sleepCtx(ctx, jitter(attempt, r.cfg.MinBackoff, r.cfg.MaxBackoff))
-}
-
-// jitter returns a random delay in [0, min(max, base·2^attempt)].
-func jitter(attempt int, base, max time.Duration) time.Duration {
-	d := max
-	if attempt < 30 && base<<attempt < max {
-		d = base << attempt
-	}
-	return time.Duration(rand.Int64N(int64(d) + 1))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return backoff.Sleep(ctx, backoff.Jitter(attempt, r.cfg.MinBackoff, r.cfg.MaxBackoff))
 }
 
 // lead runs one term: it keeps checking the lock connection, prunes, and
@@ -487,7 +467,7 @@ func (r *Replicator) prune(ctx context.Context) {
 		case ctx.Err() == nil:
 			r.log.Error("replicator: prune failed", "err", err)
 		}
-		if !sleepCtx(ctx, r.cfg.PruneInterval) {
+		if !backoff.Sleep(ctx, r.cfg.PruneInterval) {
 			return
 		}
 	}
