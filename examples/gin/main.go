@@ -13,127 +13,106 @@
 // changed with plain SQL):
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable go run ./examples/gin
+//
+// This file is all that Gin changes: the routes, the session middleware,
+// the tide line and the handlers. The rest (the Task resource and its
+// policy, the accounts, the sessions, the store, the page, the server's
+// life) is the same for every framework, in examples/internal/taskapp.
 package main
 
 import (
-	"context"
-	_ "embed"
-	"flag"
-	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/tidesync/tide/adapters/tidegin"
 	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/examples/internal/taskapp"
 )
 
-//go:embed index.html
-var indexHTML []byte
-
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8082", "listen address (a free port is picked if it is taken)")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	gin.SetMode(gin.ReleaseMode)
-	err := run(ctx, *addr, os.Getenv("DATABASE_URL"), log, func(url string) {
-		fmt.Printf("tide + Gin example: %s (log in as alice or bob, password %q)\n", url, demoPassword)
-	})
-	if err != nil {
-		log.Error("gin example failed", "err", err)
-		os.Exit(1)
-	}
+	taskapp.Main("Gin", "127.0.0.1:8082", routes)
 }
 
-// run serves the app on addr until ctx ends; ready gets its URL once it
-// listens. databaseURL "" means the in-memory feed.
-func run(ctx context.Context, addr, databaseURL string, log *slog.Logger, ready func(url string)) error {
-	st, err := openStore(ctx, databaseURL, log)
-	if err != nil {
-		return err
-	}
-	defer st.close()
-	sess := newSessions()
+// routes is the app on Gin: the session middleware, the tide line, the
+// page, the login and logout, and the API over st's tasks.
+func routes(st *taskapp.Store, sess *taskapp.Sessions) http.Handler {
+	page := taskapp.Page("Gin")
 
 	r := gin.New()
 	r.Use(gin.Recovery())
 	r.Use(withSession(sess))
 	// The one line: tide's routes under /tide, with the user the session
 	// middleware above put in the gin.Context.
-	r.Use(tidegin.Middleware(st.engine, tidegin.PrincipalFrom(func(c *gin.Context) (authz.Principal, error) {
-		return principal(currentUser(c)), nil
+	r.Use(tidegin.Middleware(st.Engine, tidegin.PrincipalFrom(func(c *gin.Context) (authz.Principal, error) {
+		return taskapp.Principal(currentUser(c)), nil
 	})))
 
-	r.GET("/", func(c *gin.Context) { c.Data(http.StatusOK, "text/html; charset=utf-8", indexHTML) })
+	r.GET("/", func(c *gin.Context) { c.Data(http.StatusOK, "text/html; charset=utf-8", page) })
 	r.POST("/login", func(c *gin.Context) {
-		id, ok := sess.login(c.PostForm("user"), c.PostForm("password"))
+		id, ok := sess.Login(c.PostForm("user"), c.PostForm("password"))
 		if !ok {
 			c.Redirect(http.StatusSeeOther, "/?failed")
 			return
 		}
-		http.SetCookie(c.Writer, sessionCookieFor(id))
+		http.SetCookie(c.Writer, taskapp.Cookie(id))
 		c.Redirect(http.StatusSeeOther, "/")
 	})
 	r.POST("/logout", func(c *gin.Context) {
-		if id, err := c.Cookie(sessionCookie); err == nil {
-			if u := sess.logout(id); u != nil {
-				st.engine.Revoke(u.Name) // after the session: a reconnect is anonymous
+		if id, err := c.Cookie(taskapp.CookieName); err == nil {
+			if u := sess.Logout(id); u != nil {
+				st.Engine.Revoke(u.Name) // after the session: a reconnect is anonymous
 			}
 		}
-		http.SetCookie(c.Writer, expiredSessionCookie())
+		http.SetCookie(c.Writer, taskapp.ExpiredCookie())
 		c.Redirect(http.StatusSeeOther, "/")
 	})
 
 	api := r.Group("/api", requireLogin)
 	api.GET("/me", func(c *gin.Context) { c.JSON(http.StatusOK, currentUser(c)) })
 	api.POST("/tasks", func(c *gin.Context) {
-		var in taskInput
+		var in taskapp.Input
 		if err := c.ShouldBindJSON(&in); err != nil {
 			c.String(http.StatusBadRequest, err.Error())
 			return
 		}
-		t, err := st.create(c.Request.Context(), currentUser(c), in)
+		t, err := st.Create(c.Request.Context(), currentUser(c), in)
 		if err != nil {
-			c.String(statusOf(err), err.Error())
+			c.String(taskapp.Status(err), err.Error())
 			return
 		}
 		c.JSON(http.StatusCreated, t)
 	})
 	api.PATCH("/tasks/:id", func(c *gin.Context) {
-		var in taskInput
+		var in taskapp.Input
 		if err := c.ShouldBindJSON(&in); err != nil {
 			c.String(http.StatusBadRequest, err.Error())
 			return
 		}
-		if err := st.update(c.Request.Context(), currentUser(c), c.Param("id"), in); err != nil {
-			c.String(statusOf(err), err.Error())
+		if err := st.Update(c.Request.Context(), currentUser(c), c.Param("id"), in); err != nil {
+			c.String(taskapp.Status(err), err.Error())
 			return
 		}
 		c.Status(http.StatusNoContent)
 	})
 	api.DELETE("/tasks/:id", func(c *gin.Context) {
-		if err := st.remove(c.Request.Context(), currentUser(c), c.Param("id")); err != nil {
-			c.String(statusOf(err), err.Error())
+		if err := st.Remove(c.Request.Context(), currentUser(c), c.Param("id")); err != nil {
+			c.String(taskapp.Status(err), err.Error())
 			return
 		}
 		c.Status(http.StatusNoContent)
 	})
 
-	return serve(ctx, addr, r, st.engine, log, ready)
+	return r
 }
 
 // withSession is the app's session middleware: it puts the logged-in user,
 // if any, in the gin.Context.
-func withSession(sess *sessions) gin.HandlerFunc {
+func withSession(sess *taskapp.Sessions) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if id, err := c.Cookie(sessionCookie); err == nil {
-			if u := sess.user(id); u != nil {
+		if id, err := c.Cookie(taskapp.CookieName); err == nil {
+			if u := sess.User(id); u != nil {
 				c.Set("user", u)
 			}
 		}
@@ -142,9 +121,9 @@ func withSession(sess *sessions) gin.HandlerFunc {
 }
 
 // currentUser returns the user withSession found, or nil.
-func currentUser(c *gin.Context) *User {
+func currentUser(c *gin.Context) *taskapp.User {
 	v, _ := c.Get("user")
-	u, _ := v.(*User)
+	u, _ := v.(*taskapp.User)
 	return u
 }
 

@@ -13,104 +13,83 @@
 // changed with plain SQL):
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable go run ./examples/nethttp
+//
+// This file is all that net/http changes: the routes, the session
+// middleware, the tide line and the handlers. The rest (the Task resource
+// and its policy, the accounts, the sessions, the store, the page, the
+// server's life) is the same for every framework, in
+// examples/internal/taskapp.
 package main
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
-	"flag"
-	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/tidesync/tide/adapters/tidehttp"
 	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/examples/internal/taskapp"
 )
 
-//go:embed index.html
-var indexHTML []byte
+func main() { taskapp.Main("net/http", "127.0.0.1:8084", routes) }
 
-func main() {
-	addr := flag.String("addr", "127.0.0.1:8084", "listen address (a free port is picked if it is taken)")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	err := run(ctx, *addr, os.Getenv("DATABASE_URL"), log, func(url string) {
-		fmt.Printf("tide + net/http example: %s (log in as alice or bob, password %q)\n", url, demoPassword)
-	})
-	if err != nil {
-		log.Error("nethttp example failed", "err", err)
-		os.Exit(1)
-	}
-}
-
-// run serves the app on addr until ctx ends; ready gets its URL once it
-// listens. databaseURL "" means the in-memory feed.
-func run(ctx context.Context, addr, databaseURL string, log *slog.Logger, ready func(url string)) error {
-	st, err := openStore(ctx, databaseURL, log)
-	if err != nil {
-		return err
-	}
-	defer st.close()
-	sess := newSessions()
+// routes is the app on net/http: the session middleware, the tide line, the
+// page, the login and logout, and the API over st's tasks.
+func routes(st *taskapp.Store, sess *taskapp.Sessions) http.Handler {
+	page := taskapp.Page("net/http")
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write(indexHTML)
+		_, _ = w.Write(page)
 	})
 	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
-		id, ok := sess.login(r.FormValue("user"), r.FormValue("password"))
+		id, ok := sess.Login(r.FormValue("user"), r.FormValue("password"))
 		if !ok {
 			http.Redirect(w, r, "/?failed", http.StatusSeeOther)
 			return
 		}
-		http.SetCookie(w, sessionCookieFor(id))
+		http.SetCookie(w, taskapp.Cookie(id))
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})
 	mux.HandleFunc("POST /logout", func(w http.ResponseWriter, r *http.Request) {
-		if c, err := r.Cookie(sessionCookie); err == nil {
-			if u := sess.logout(c.Value); u != nil {
-				st.engine.Revoke(u.Name) // after the session: a reconnect is anonymous
+		if c, err := r.Cookie(taskapp.CookieName); err == nil {
+			if u := sess.Logout(c.Value); u != nil {
+				st.Engine.Revoke(u.Name) // after the session: a reconnect is anonymous
 			}
 		}
-		http.SetCookie(w, expiredSessionCookie())
+		http.SetCookie(w, taskapp.ExpiredCookie())
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})
-	mux.Handle("GET /api/me", requireLogin(func(w http.ResponseWriter, r *http.Request, u *User) {
+	mux.Handle("GET /api/me", requireLogin(func(w http.ResponseWriter, r *http.Request, u *taskapp.User) {
 		writeJSON(w, http.StatusOK, u)
 	}))
-	mux.Handle("POST /api/tasks", requireLogin(func(w http.ResponseWriter, r *http.Request, u *User) {
+	mux.Handle("POST /api/tasks", requireLogin(func(w http.ResponseWriter, r *http.Request, u *taskapp.User) {
 		in, ok := decodeInput(w, r)
 		if !ok {
 			return
 		}
-		t, err := st.create(r.Context(), u, in)
+		t, err := st.Create(r.Context(), u, in)
 		if err != nil {
-			http.Error(w, err.Error(), statusOf(err))
+			http.Error(w, err.Error(), taskapp.Status(err))
 			return
 		}
 		writeJSON(w, http.StatusCreated, t)
 	}))
-	mux.Handle("PATCH /api/tasks/{id}", requireLogin(func(w http.ResponseWriter, r *http.Request, u *User) {
+	mux.Handle("PATCH /api/tasks/{id}", requireLogin(func(w http.ResponseWriter, r *http.Request, u *taskapp.User) {
 		in, ok := decodeInput(w, r)
 		if !ok {
 			return
 		}
-		if err := st.update(r.Context(), u, r.PathValue("id"), in); err != nil {
-			http.Error(w, err.Error(), statusOf(err))
+		if err := st.Update(r.Context(), u, r.PathValue("id"), in); err != nil {
+			http.Error(w, err.Error(), taskapp.Status(err))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	mux.Handle("DELETE /api/tasks/{id}", requireLogin(func(w http.ResponseWriter, r *http.Request, u *User) {
-		if err := st.remove(r.Context(), u, r.PathValue("id")); err != nil {
-			http.Error(w, err.Error(), statusOf(err))
+	mux.Handle("DELETE /api/tasks/{id}", requireLogin(func(w http.ResponseWriter, r *http.Request, u *taskapp.User) {
+		if err := st.Remove(r.Context(), u, r.PathValue("id")); err != nil {
+			http.Error(w, err.Error(), taskapp.Status(err))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -118,20 +97,20 @@ func run(ctx context.Context, addr, databaseURL string, log *slog.Logger, ready 
 
 	// The one line: tide's routes under /tide in front of the app, inside
 	// the session middleware, whose user PrincipalFrom reads.
-	handler := withSession(sess, tidehttp.Wrap(mux, st.engine, tidehttp.PrincipalFrom(func(r *http.Request) (authz.Principal, error) {
-		return principal(currentUser(r)), nil
+	handler := withSession(sess, tidehttp.Wrap(mux, st.Engine, tidehttp.PrincipalFrom(func(r *http.Request) (authz.Principal, error) {
+		return taskapp.Principal(currentUser(r)), nil
 	})))
-	return serve(ctx, addr, handler, st.engine, log, ready)
+	return handler
 }
 
 type userKey struct{}
 
 // withSession is the app's session middleware: it puts the logged-in user,
 // if any, in the request's context.
-func withSession(sess *sessions, next http.Handler) http.Handler {
+func withSession(sess *taskapp.Sessions, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, err := r.Cookie(sessionCookie); err == nil {
-			if u := sess.user(c.Value); u != nil {
+		if c, err := r.Cookie(taskapp.CookieName); err == nil {
+			if u := sess.User(c.Value); u != nil {
 				r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
 			}
 		}
@@ -140,13 +119,13 @@ func withSession(sess *sessions, next http.Handler) http.Handler {
 }
 
 // currentUser returns the user withSession found, or nil.
-func currentUser(r *http.Request) *User {
-	u, _ := r.Context().Value(userKey{}).(*User)
+func currentUser(r *http.Request) *taskapp.User {
+	u, _ := r.Context().Value(userKey{}).(*taskapp.User)
 	return u
 }
 
 // requireLogin refuses the API to visitors who are not logged in.
-func requireLogin(h func(http.ResponseWriter, *http.Request, *User)) http.Handler {
+func requireLogin(h func(http.ResponseWriter, *http.Request, *taskapp.User)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u := currentUser(r)
 		if u == nil {
@@ -157,8 +136,8 @@ func requireLogin(h func(http.ResponseWriter, *http.Request, *User)) http.Handle
 	})
 }
 
-func decodeInput(w http.ResponseWriter, r *http.Request) (taskInput, bool) {
-	var in taskInput
+func decodeInput(w http.ResponseWriter, r *http.Request) (taskapp.Input, bool) {
+	var in taskapp.Input
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&in); err != nil {
 		http.Error(w, "bad JSON: "+err.Error(), http.StatusBadRequest)
 		return in, false
