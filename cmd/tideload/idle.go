@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"runtime"
-	"sync"
+	"strings"
 	"time"
-
-	"github.com/gorilla/websocket"
 )
 
 // idle measures the server memory one idle, subscribed connection costs: RSS
@@ -17,130 +14,89 @@ import (
 // scope and then stay silent.
 func idle(args []string) error {
 	fs := flag.NewFlagSet("idle", flag.ExitOnError)
-	n := fs.Int("n", 10000, "connections (at most 50000)")
+	var cm common
+	cm.register(fs, 5*time.Minute)
+	n := fs.Int("n", 10000, "connections (at most 19000: the file descriptor limit)")
 	scopes := fs.Int("scopes", 100, "distinct scopes the connections spread over")
-	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	auth := fs.Bool("auth", false, "principals with claims, RequireClaim and a row filter (off: anonymous and authz.Allow, as first measured)")
 	hold := fs.Bool("hold", false, "keep the connections open until the timeout, for profiling the server")
+	conc := fs.Int("conc", 64, "connections opened at a time")
 	_ = fs.Parse(args)
-	if *n < 1 || *n > 50000 {
-		return fmt.Errorf("-n must be in [1, 50000]")
+	if *n < 1 || *n > 19000 || *scopes < 1 {
+		return errors.New("idle: need 1 ≤ -n ≤ 19000 and -scopes ≥ 1")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := cm.context()
 	defer cancel()
 
-	srv, err := startServer()
+	var sargs []string
+	if *auth {
+		sargs = append(sargs, "-auth")
+	}
+	srv, err := startChild(ctx, "serve", sargs...)
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
-	before, err := srv.stats(true)
+	before, err := srv.stats(ctx, true)
 	if err != nil {
 		return err
 	}
-	conns, err := openSubscribed(ctx, srv.addr, *n, *scopes)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+	conns, err := openFleet(ctx, *n, *conc, func(ctx context.Context, i int) (*loadConn, error) {
+		return dialLoad(ctx, srv.addr, i, dialOpts{path: "/tide/ws", tide: true, auth: *auth, scope: scopeName(i % *scopes), readBuf: 512})
+	})
 	if err != nil {
 		return err
 	}
-	after, err := srv.stats(false)
+	defer conns.close()
+	if err := waitUntil(ctx, conns, 20*time.Millisecond, "caught-up", func() bool { return conns.caughtUp() == *n }); err != nil {
+		return err
+	}
+	after, err := srv.stats(ctx, false)
 	if err != nil {
 		return err
 	}
 	if *hold {
 		fmt.Printf("holding the connections; server at http://%s (Ctrl-C to end)\n", srv.addr)
 		<-ctx.Done()
+		ctx, cancel = cm.context() // a fresh bound for the last reading
+		defer cancel()
 	}
-	settled, err := srv.stats(true)
+	settled, err := srv.stats(ctx, true)
 	if err != nil {
 		return err
 	}
 	per := func(a, b uint64) float64 { return float64(int64(b)-int64(a)) / float64(*n) / 1024 }
-	fmt.Printf("connections: %d subscribed idle (over %d scopes), server engine: %d connections, %d subscriptions\n",
+	res := idleResult{Env: newEnv(fs), N: *n, Scopes: *scopes, Auth: *auth,
+		Connections: after.Engine.Connections, Subscriptions: after.Engine.Subscriptions,
+		RSSKiB: per(before.RSS, after.RSS), RSSSettledKiB: per(before.RSS, settled.RSS),
+		HeapKiB: per(before.HeapAlloc, after.HeapAlloc), StackKiB: per(before.StackInuse, after.StackInuse),
+		StackSettledKiB: per(before.StackInuse, settled.StackInuse),
+		GoroutinesPer:   float64(after.Goroutines-before.Goroutines) / float64(*n)}
+	var b strings.Builder
+	fmt.Fprintf(&b, "tideload idle (%s; %s)\n", res.Env, res.Env.Flags)
+	fmt.Fprintf(&b, "connections: %d subscribed idle (over %d scopes), server engine: %d connections, %d subscriptions\n",
 		*n, *scopes, after.Engine.Connections, after.Engine.Subscriptions)
-	fmt.Printf("server RSS:        %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection\n", mib(before.RSS), mib(after.RSS), per(before.RSS, after.RSS))
-	fmt.Printf("server RSS settled:%7.1f MiB -> %7.1f MiB   %5.2f KiB per connection (after GC and returning freed pages)\n", mib(before.RSS), mib(settled.RSS), per(before.RSS, settled.RSS))
-	fmt.Printf("server heap alloc: %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection\n", mib(before.HeapAlloc), mib(after.HeapAlloc), per(before.HeapAlloc, after.HeapAlloc))
-	fmt.Printf("server stacks:     %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection (%.2f settled)\n", mib(before.StackInuse), mib(after.StackInuse), per(before.StackInuse, after.StackInuse), per(before.StackInuse, settled.StackInuse))
-	fmt.Printf("server goroutines: %d -> %d   %.2f per connection\n", before.Goroutines, after.Goroutines, float64(after.Goroutines-before.Goroutines)/float64(*n))
-	return nil
+	fmt.Fprintf(&b, "server RSS:        %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection\n", mib(before.RSS), mib(after.RSS), res.RSSKiB)
+	fmt.Fprintf(&b, "server RSS settled:%7.1f MiB -> %7.1f MiB   %5.2f KiB per connection (after GC and returning freed pages)\n", mib(before.RSS), mib(settled.RSS), res.RSSSettledKiB)
+	fmt.Fprintf(&b, "server heap alloc: %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection\n", mib(before.HeapAlloc), mib(after.HeapAlloc), res.HeapKiB)
+	fmt.Fprintf(&b, "server stacks:     %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection (%.2f settled)\n", mib(before.StackInuse), mib(after.StackInuse), res.StackKiB, res.StackSettledKiB)
+	fmt.Fprintf(&b, "server goroutines: %d -> %d   %.2f per connection\n", before.Goroutines, after.Goroutines, res.GoroutinesPer)
+	return emit(cm.json, res, b.String())
+}
+
+type idleResult struct {
+	Env             env     `json:"env"`
+	N               int     `json:"n"`
+	Scopes          int     `json:"scopes"`
+	Auth            bool    `json:"auth"`
+	Connections     int64   `json:"server_connections"`
+	Subscriptions   int64   `json:"server_subscriptions"`
+	RSSKiB          float64 `json:"rss_kib_per_conn"`
+	RSSSettledKiB   float64 `json:"rss_settled_kib_per_conn"`
+	HeapKiB         float64 `json:"heap_kib_per_conn"`
+	StackKiB        float64 `json:"stack_kib_per_conn"`
+	StackSettledKiB float64 `json:"stack_settled_kib_per_conn"`
+	GoroutinesPer   float64 `json:"goroutines_per_conn"`
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
-
-// openSubscribed opens n WebSocket connections, each hello + one
-// subscription, and waits until every one is caught up. Connections spread
-// over loopback source addresses 127.0.0.2… so more than one address's
-// ephemeral ports are available.
-func openSubscribed(ctx context.Context, addr string, n, scopes int) ([]*websocket.Conn, error) {
-	conns := make([]*websocket.Conn, n)
-	var mu sync.Mutex
-	var firstErr error
-	sem := make(chan struct{}, 64)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			c, err := dialSubscribed(ctx, addr, i, fmt.Sprintf("s%d", i%scopes))
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = fmt.Errorf("connection %d: %w", i, err)
-			}
-			conns[i] = c
-		}(i)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	wg.Wait()
-	out := conns[:0]
-	for _, c := range conns {
-		if c != nil {
-			out = append(out, c)
-		}
-	}
-	runtime.GC()
-	return out, firstErr
-}
-
-func dialSubscribed(ctx context.Context, addr string, i int, scope string) (*websocket.Conn, error) {
-	src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i/20000))}
-	d := websocket.Dialer{
-		NetDialContext:   (&net.Dialer{LocalAddr: src}).DialContext,
-		HandshakeTimeout: 30 * time.Second,
-		ReadBufferSize:   512,
-		WriteBufferSize:  512,
-	}
-	c, _, err := d.DialContext(ctx, "ws://"+addr+"/tide/ws", nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"hello","build":"tideload"}`)); err != nil {
-		c.Close()
-		return nil, err
-	}
-	sub := fmt.Sprintf(`{"v":1,"type":"subscribe","id":"1","resource":"items","conditions":{"scope":%q}}`, scope)
-	if err := c.WriteMessage(websocket.TextMessage, []byte(sub)); err != nil {
-		c.Close()
-		return nil, err
-	}
-	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-	for {
-		_, data, err := c.ReadMessage()
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		if len(data) > 20 && string(data[:25]) == `{"v":1,"type":"caught-up"` {
-			_ = c.SetReadDeadline(time.Time{})
-			return c, nil
-		}
-	}
-}

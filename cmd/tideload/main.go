@@ -1,11 +1,21 @@
-// Command tideload measures tide on loopback: it starts a tide server as a
-// child process (so the server's memory and CPU are its own), drives load at
-// it, and reports figures for docs/performance.md. Every run is bounded in
-// client count and time, and talks only to 127.0.0.0/8.
+// Command tideload measures tide on loopback: it starts the server under
+// test as a child process (so the server's CPU and memory are its own),
+// drives load at it from this process, and prints figures for
+// docs/performance.md, with the baselines the figures are compared with
+// measured in the same run. Every run is bounded in connections, writes
+// and time (-timeout), talks only to 127.0.0.0/8, and stops its server
+// child and drops its Postgres schemas on success, error, timeout and
+// Ctrl-C.
 //
-//	go run ./cmd/tideload idle -n 10000     # memory per idle subscribed connection
+//	tideload fanout  -n 1000            # deliveries/s with scopes and row filter vs a bare gorilla broadcast
+//	tideload latency -n 1000 -rate 100  # commit-to-client latency on the Postgres feed
+//	tideload replay  -rows 100000       # catch-up replay rows/s vs a plain pgx SELECT
+//	tideload storm   -n 5000 -scopes 50 # reconnect storm: time to catch up, replay queries
+//	tideload idle    -n 10000           # memory per idle subscribed connection
 //
-// Run `tideload <mode> -h` for a mode's flags.
+// Postgres modes use -dsn, else TIDE_TEST_DATABASE_URL, else
+// postgres://postgres@127.0.0.1:5432/test. Every mode takes -json. Run
+// `tideload <mode> -h` for a mode's flags.
 package main
 
 import (
@@ -15,27 +25,36 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		usage()
+		printUsage()
 	}
-	var err error
-	switch os.Args[1] {
-	case "serve":
-		err = serve(os.Args[2:])
-	case "idle":
-		err = idle(os.Args[2:])
-	default:
-		usage()
+	modes := map[string]func([]string) error{
+		"serve":          serve,
+		"serve-baseline": serveBaseline,
+		"fanout":         fanout,
+		"latency":        latency,
+		"replay":         replay,
+		"storm":          storm,
+		"idle":           idle,
 	}
-	if err != nil {
+	run, ok := modes[os.Args[1]]
+	if !ok {
+		printUsage()
+	}
+	if err := run(os.Args[2:]); err != nil {
 		fmt.Fprintln(os.Stderr, "tideload:", err)
 		os.Exit(1)
 	}
 }
 
-func usage() {
+func printUsage() {
 	fmt.Fprintln(os.Stderr, `usage: tideload <mode> [flags]
 modes:
-  idle    memory per idle subscribed connection
-  serve   (internal) the server process the other modes start`)
+  fanout          deliveries/s to N subscribers (scopes + row filter on), vs a bare gorilla/websocket broadcast
+  latency         commit-to-client latency of Postgres writes at a rate R to N subscribers
+  replay          catch-up replay of a Postgres backlog to one client, vs a plain pgx SELECT
+  storm           C clients on S scopes dropped and resuming at once: time to catch up, replay queries
+  idle            memory per idle subscribed connection
+  serve           (internal) the tide server process the modes start
+  serve-baseline  (internal) the bare gorilla/websocket broadcast server`)
 	os.Exit(2)
 }

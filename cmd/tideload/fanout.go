@@ -1,0 +1,446 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidesync/tide/core"
+)
+
+// fanout measures deliveries per second: N subscribers on K scopes receive
+// a stream of changes written in batches (one feed transaction each) as
+// fast as the server fans them out. tide runs with scope matching and
+// per-row authorization on (RequireClaim policy, a row filter every row
+// passes, principals from the connection), on the in-memory feed. In the
+// same run, the same N clients read the same frames from a bare
+// gorilla/websocket broadcast (serve-baseline), the ceiling.
+//
+// Deliveries are entries counted by the clients. Each figure is taken
+// over a steady window after a warm-up: entries received in the window
+// divided by its length, and the CPU seconds the server process, this
+// process (clients and writer) and the rest of the machine spent in it.
+func fanout(args []string) error {
+	fs := flag.NewFlagSet("fanout", flag.ExitOnError)
+	var cm common
+	cm.register(fs, 5*time.Minute)
+	n := fs.Int("n", 1000, "subscribers (at most 20000)")
+	scopes := fs.Int("scopes", 1, "scopes the subscribers spread over (rows too)")
+	batch := fs.Int("batch", 100, "rows per write (one feed transaction)")
+	bodyLen := fs.Int("body", 64, "bytes of each row's body column")
+	duration := fs.Duration("duration", 10*time.Second, "measurement window")
+	warmup := fs.Duration("warmup", 2*time.Second, "load before the window starts")
+	window := fs.Int("inflight", 16, "batches the writer may be ahead of what the clients received (in all); keep inflight × batch × ~175 B under the server's 1 MiB send buffer")
+	maxBatches := fs.Int("max-batches", 1_000_000, "upper bound on batches written")
+	auth := fs.Bool("auth", true, "tide with principals, RequireClaim and a row filter (the target's configuration)")
+	baseline := fs.Bool("baseline", true, "also measure the bare gorilla/websocket broadcast")
+	payloads := fs.Int("payloads", 64, "distinct frames the baseline cycles through")
+	baseEntries := fs.Int("baseline-entries", 0, "entries per baseline frame (0: the mean entries per frame tide sent in this run, so both send the same frames)")
+	conc := fs.Int("conc", 64, "connections opened at a time")
+	prof := fs.String("pprof", "", "write a CPU profile of the tide server over the (first) window to this file")
+	rounds := fs.Int("rounds", 1, "tide + baseline pairs measured one after the other; the round with the median ratio is reported as the result")
+	_ = fs.Parse(args)
+	if *n < 1 || *n > 20000 || *scopes < 1 || *scopes > *n || *batch < 1 || *batch > 10000 || *duration <= 0 || *window < 1 || *rounds < 1 || *rounds > 10 {
+		return errors.New("fanout: need 1 ≤ -n ≤ 20000, 1 ≤ -scopes ≤ n, 1 ≤ -batch ≤ 10000, -duration > 0, -inflight ≥ 1, 1 ≤ -rounds ≤ 10")
+	}
+	ctx, cancel := cm.context()
+	defer cancel()
+
+	res := fanoutResult{Env: newEnv(fs), N: *n, Scopes: *scopes, Batch: *batch, Body: *bodyLen,
+		Duration: duration.Seconds(), Auth: *auth}
+	body := strings.Repeat("lorem ipsum dolor sit amet ", *bodyLen/27+1)[:*bodyLen]
+	subsPer := make([]int64, *scopes)
+	for i := range *n {
+		subsPer[i%*scopes]++
+	}
+
+	stopLoadProf, err := cm.profileLoad()
+	if err != nil {
+		return err
+	}
+	defer stopLoadProf()
+	for round := range *rounds {
+		prof := *prof
+		if round > 0 {
+			prof = ""
+		}
+		tide, epoch, err := fanoutTide(ctx, fanoutRun{n: *n, scopes: *scopes, batch: *batch, body: body, warmup: *warmup,
+			duration: *duration, window: *window, maxBatches: *maxBatches, auth: *auth, conc: *conc, prof: prof, subsPer: subsPer})
+		if err != nil {
+			return fmt.Errorf("tide: %w", err)
+		}
+		rd := fanoutRound{Tide: tide}
+		if *baseline {
+			perFrame := *baseEntries
+			if perFrame <= 0 {
+				perFrame = max(1, int(tide.EntriesFrame+0.5))
+			}
+			frames := baselineFrames(*payloads, perFrame, body, epoch)
+			b, err := fanoutBaseline(ctx, *n, *conc, frames, perFrame, *warmup, *duration)
+			if err != nil {
+				return fmt.Errorf("baseline: %w", err)
+			}
+			rd.Baseline, rd.Ratio = &b, ratio(tide.Deliveries, b.Deliveries)
+		}
+		res.Rounds = append(res.Rounds, rd)
+	}
+	stopLoadProf()
+	// The round with the median ratio (or median tide figure) stands for
+	// the run.
+	byKey := slices.Clone(res.Rounds)
+	slices.SortFunc(byKey, func(a, b fanoutRound) int {
+		ka, kb := a.Ratio, b.Ratio
+		if !*baseline {
+			ka, kb = a.Tide.Deliveries, b.Tide.Deliveries
+		}
+		return cmp.Compare(ka, kb)
+	})
+	mid := byKey[(len(byKey)-1)/2]
+	res.Tide, res.Baseline, res.Ratio = mid.Tide, mid.Baseline, mid.Ratio
+	return emit(cm.json, res, res.text())
+}
+
+type fanoutRun struct {
+	n, scopes, batch   int
+	body               string
+	warmup, duration   time.Duration
+	window, maxBatches int
+	auth               bool
+	conc               int
+	prof               string
+	subsPer            []int64
+}
+
+type fanoutFigures struct {
+	Deliveries     float64 `json:"deliveries_per_s"`
+	EntriesFrame   float64 `json:"entries_per_frame"`
+	BytesEntry     float64 `json:"bytes_per_entry"`
+	Usage          usage   `json:"usage"`
+	ServerCPUPerM  float64 `json:"server_cpu_s_per_million"` // server CPU seconds per million deliveries
+	LoadCPUPerM    float64 `json:"load_cpu_s_per_million"`
+	Written        int64   `json:"rows_written,omitempty"`
+	Expected       int64   `json:"deliveries_expected,omitempty"`
+	Received       int64   `json:"deliveries_received,omitempty"`
+	Dropped        int64   `json:"dropped,omitempty"`
+	ReplayQueries  int64   `json:"replay_queries,omitempty"`
+	ServerRSS      uint64  `json:"server_rss,omitempty"`
+	ServerNumGC    uint32  `json:"server_gc_cycles,omitempty"`
+	WriteBatchesPS float64 `json:"write_batches_per_s,omitempty"`
+}
+
+type fanoutResult struct {
+	Env      env            `json:"env"`
+	N        int            `json:"n"`
+	Scopes   int            `json:"scopes"`
+	Batch    int            `json:"batch"`
+	Body     int            `json:"body_bytes"`
+	Duration float64        `json:"window_s"`
+	Auth     bool           `json:"auth"`
+	Tide     fanoutFigures  `json:"tide"`
+	Baseline *fanoutFigures `json:"baseline,omitempty"`
+	Ratio    float64        `json:"tide_over_baseline,omitempty"`
+	Rounds   []fanoutRound  `json:"rounds"`
+}
+
+type fanoutRound struct {
+	Tide     fanoutFigures  `json:"tide"`
+	Baseline *fanoutFigures `json:"baseline,omitempty"`
+	Ratio    float64        `json:"tide_over_baseline,omitempty"`
+}
+
+func (r fanoutResult) text() string {
+	var b strings.Builder
+	auth := "scope matching + RequireClaim policy + row filter"
+	if !r.Auth {
+		auth = "scope matching only (no policy, no filter)"
+	}
+	fmt.Fprintf(&b, "tideload fanout: %d subscribers on %d scope(s), writes of %d rows (body %d B), %.0f s window; tide: in-memory feed, %s\n",
+		r.N, r.Scopes, r.Batch, r.Body, r.Duration, auth)
+	fmt.Fprintf(&b, "  (%s; %s)\n", r.Env, r.Env.Flags)
+	fmt.Fprintf(&b, "  %-18s %14s %9s %9s %8s %11s %11s %9s %13s %13s\n", "", "deliveries/s", "entr/frm", "B/entry", "window", "server CPU", "load CPU", "other", "srv s/1M del", "load s/1M del")
+	row := func(name string, f fanoutFigures) {
+		fmt.Fprintf(&b, "  %-18s %14s %9.1f %9.1f %6.2f s %9.2f s %9.2f s %7.2f s %13.3f %13.3f\n", name, commas(f.Deliveries), f.EntriesFrame, f.BytesEntry,
+			f.Usage.Seconds, f.Usage.ServerCPU, f.Usage.LoadCPU, f.Usage.OtherCPU, f.ServerCPUPerM, f.LoadCPUPerM)
+	}
+	if len(r.Rounds) > 1 {
+		for i, rd := range r.Rounds {
+			row(fmt.Sprintf("tide #%d", i+1), rd.Tide)
+			if rd.Baseline != nil {
+				row(fmt.Sprintf("gorilla #%d", i+1), *rd.Baseline)
+				fmt.Fprintf(&b, "  %-18s %14.2f\n", fmt.Sprintf("tide/baseline #%d", i+1), rd.Ratio)
+			}
+		}
+		fmt.Fprintf(&b, "  median round:\n")
+	}
+	row("tide", r.Tide)
+	if r.Baseline != nil {
+		row("gorilla broadcast", *r.Baseline)
+		fmt.Fprintf(&b, "  tide/baseline: %.2f\n", r.Ratio)
+	}
+	t := r.Tide
+	fmt.Fprintf(&b, "  tide run: %s rows written (%.1f writes/s), %s of %s deliveries received after the drain, %d live entries dropped (resynced), %d replay queries, server RSS %.1f MiB, %d GCs\n",
+		commas(float64(t.Written)), t.WriteBatchesPS, commas(float64(t.Received)), commas(float64(t.Expected)), t.Dropped, t.ReplayQueries, mib(t.ServerRSS), t.ServerNumGC)
+	return b.String()
+}
+
+func fanoutTide(ctx context.Context, o fanoutRun) (fanoutFigures, string, error) {
+	var f fanoutFigures
+	args := []string{}
+	if o.auth {
+		args = append(args, "-auth")
+	}
+	srv, err := startChild(ctx, "serve", args...)
+	if err != nil {
+		return f, "", err
+	}
+	defer srv.stop()
+	conns, err := openFleet(ctx, o.n, o.conc, func(ctx context.Context, i int) (*loadConn, error) {
+		return dialLoad(ctx, srv.addr, i, dialOpts{path: "/tide/ws", tide: true, auth: o.auth, scope: scopeName(i % o.scopes), readBuf: 16 << 10})
+	})
+	if err != nil {
+		return f, "", err
+	}
+	defer conns.close()
+	if err := waitUntil(ctx, conns, 10*time.Millisecond, "caught-up", func() bool { return conns.caughtUp() == o.n }); err != nil {
+		return f, "", err
+	}
+	st0, err := srv.stats(ctx, false)
+	if err != nil {
+		return f, "", err
+	}
+
+	// The writer: batches of rows, round-robin over the scopes, as fast
+	// as the clients take them, at most `window` batches ahead.
+	var expected atomic.Int64 // deliveries the rows written so far make
+	var written atomic.Int64
+	var batches atomic.Int64
+	stop := make(chan struct{})
+	werr := make(chan error, 1)
+	go func() {
+		werr <- func() error {
+			var seq int64
+			ahead := make([]int64, o.window) // ring: delivery totals of the last batches
+			rows := make([]item, o.batch)
+			var buf bytes.Buffer
+			for b := 0; b < o.maxBatches; b++ {
+				select {
+				case <-stop:
+					return nil
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				default:
+				}
+				var exp int64
+				now := clock()
+				for j := range rows {
+					s := int(seq % int64(o.scopes))
+					rows[j] = item{ID: strconv.FormatInt(seq, 10), Scope: scopeName(s), Tenant: tenant, Body: o.body, SentNS: now}
+					exp += o.subsPer[s]
+					seq++
+				}
+				buf.Reset()
+				if err := json.NewEncoder(&buf).Encode(rows); err != nil {
+					return err
+				}
+				if err := srv.doJSON(ctx, "POST", "/write", &buf, nil); err != nil {
+					if ctx.Err() != nil {
+						return context.Cause(ctx)
+					}
+					return err
+				}
+				written.Add(int64(o.batch))
+				batches.Add(1)
+				cum := expected.Add(exp)
+				slot := b % o.window
+				need := ahead[slot] // the total once batch b-window is delivered
+				ahead[slot] = cum
+				if b >= o.window {
+					for conns.entries() < need {
+						select {
+						case <-stop:
+							return nil
+						case <-ctx.Done():
+							return context.Cause(ctx)
+						case <-time.After(100 * time.Microsecond):
+						}
+						if err := conns.failure(); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}()
+	}()
+	stopWriter := sync.OnceValue(func() error { close(stop); return <-werr })
+	defer stopWriter()
+
+	select {
+	case <-time.After(o.warmup):
+	case <-ctx.Done():
+		return f, "", context.Cause(ctx)
+	case err := <-werr:
+		return f, "", fmt.Errorf("writer: %v", err)
+	}
+	e1, fr1, by1, b1 := conns.entries(), conns.frames(), conns.bytes(), batches.Load()
+	s1 := takeSample(srv)
+	waitProf := srv.profile(ctx, o.prof, o.duration)
+	select {
+	case <-time.After(o.duration):
+	case <-ctx.Done():
+		return f, "", context.Cause(ctx)
+	}
+	s2 := takeSample(srv)
+	e2, fr2, by2, b2 := conns.entries(), conns.frames(), conns.bytes(), batches.Load()
+	if err := stopWriter(); err != nil {
+		return f, "", fmt.Errorf("writer: %v", err)
+	}
+	if err := waitProf(); err != nil {
+		return f, "", fmt.Errorf("profile: %v", err)
+	}
+	// Drain: every row written must reach every subscriber of its scope.
+	dctx, dcancel := context.WithTimeout(ctx, 60*time.Second)
+	derr := waitUntil(dctx, conns, 20*time.Millisecond, "the drain", func() bool { return conns.entries() >= expected.Load() })
+	dcancel()
+	st1, err := srv.stats(ctx, false)
+	if err != nil {
+		return f, "", err
+	}
+	u := s1.to(s2)
+	f = fanoutFigures{
+		Deliveries:     float64(e2-e1) / u.Seconds,
+		EntriesFrame:   ratio(float64(e2-e1), float64(fr2-fr1)),
+		BytesEntry:     ratio(float64(by2-by1), float64(e2-e1)),
+		Usage:          u,
+		ServerCPUPerM:  ratio(u.ServerCPU*1e6, float64(e2-e1)),
+		LoadCPUPerM:    ratio(u.LoadCPU*1e6, float64(e2-e1)),
+		Written:        written.Load(),
+		Expected:       expected.Load(),
+		Received:       conns.entries(),
+		Dropped:        st1.Engine.Dropped - st0.Engine.Dropped,
+		ReplayQueries:  st1.Engine.ReplayQueries - st0.Engine.ReplayQueries,
+		ServerRSS:      st1.RSS,
+		ServerNumGC:    st1.NumGC - st0.NumGC,
+		WriteBatchesPS: float64(b2-b1) / u.Seconds,
+	}
+	if derr != nil {
+		return f, st0.Epoch, fmt.Errorf("%v (%d of %d deliveries)", derr, f.Received, f.Expected)
+	}
+	return f, st0.Epoch, nil
+}
+
+func scopeName(i int) string { return "s" + strconv.Itoa(i) }
+
+// baselineFrames builds count changes frames of perFrame entries each,
+// byte for byte as tide encodes them (core.EncodeRow renders the rows;
+// the frame and entry framing are tide's), with rows like the ones the
+// tide run wrote.
+func baselineFrames(count, perFrame int, body, epoch string) []string {
+	if epoch == "" {
+		epoch = "AAAAAAAAAAAAAAAA"
+	}
+	out := make([]string, count)
+	seq := int64(100_000)
+	sent := clock()
+	for k := range out {
+		var b []byte
+		b = append(b, `{"v":1,"type":"changes","id":"1","cursor":"1.`...)
+		b = append(b, epoch...)
+		b = append(b, '.')
+		b = strconv.AppendInt(b, seq+int64(perFrame), 10)
+		b = append(b, `","entries":[`...)
+		for j := range perFrame {
+			key, row, err := core.EncodeRow(item{ID: strconv.FormatInt(seq, 10), Scope: scopeName(0), Tenant: tenant, Body: body, SentNS: sent})
+			if err != nil {
+				panic(err)
+			}
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"op":"upsert","key":`...)
+			b = strconv.AppendQuote(b, key)
+			b = append(b, `,"row":`...)
+			b = append(b, row...)
+			b = append(b, '}')
+			seq++
+		}
+		b = append(b, ']', '}')
+		out[k] = string(b)
+	}
+	return out
+}
+
+func fanoutBaseline(ctx context.Context, n, conc int, frames []string, perFrame int, warmup, duration time.Duration) (fanoutFigures, error) {
+	var f fanoutFigures
+	srv, err := startChild(ctx, "serve-baseline")
+	if err != nil {
+		return f, err
+	}
+	defer srv.stop()
+	conns, err := openFleet(ctx, n, conc, func(ctx context.Context, i int) (*loadConn, error) {
+		return dialLoad(ctx, srv.addr, i, dialOpts{path: "/ws", readBuf: 16 << 10})
+	})
+	if err != nil {
+		return f, err
+	}
+	defer conns.close()
+	for {
+		var st baselineStats
+		if err := srv.getJSON(ctx, "/debug/stats", &st); err != nil {
+			return f, err
+		}
+		if st.Connections == int64(n) {
+			break
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return f, context.Cause(ctx)
+		}
+	}
+	// A bound on messages per connection well above what the window can
+	// take (50M entries/s in total), so the loop ends even if /stop is
+	// never sent.
+	maxMsgs := int((warmup+duration+10*time.Second).Seconds()*50e6) / n / perFrame
+	req, _ := json.Marshal(baselineStart{Payloads: frames, MaxMessages: max(maxMsgs, 1)})
+	if err := srv.doJSON(ctx, "POST", "/start", bytes.NewReader(req), nil); err != nil {
+		return f, err
+	}
+	defer func() { _ = srv.doJSON(context.Background(), "POST", "/stop", nil, nil) }()
+	select {
+	case <-time.After(warmup):
+	case <-ctx.Done():
+		return f, context.Cause(ctx)
+	}
+	e1, fr1, by1 := conns.entries(), conns.frames(), conns.bytes()
+	s1 := takeSample(srv)
+	select {
+	case <-time.After(duration):
+	case <-ctx.Done():
+		return f, context.Cause(ctx)
+	}
+	s2 := takeSample(srv)
+	e2, fr2, by2 := conns.entries(), conns.frames(), conns.bytes()
+	if err := srv.doJSON(ctx, "POST", "/stop", nil, nil); err != nil {
+		return f, err
+	}
+	u := s1.to(s2)
+	return fanoutFigures{
+		Deliveries:    float64(e2-e1) / u.Seconds,
+		EntriesFrame:  ratio(float64(e2-e1), float64(fr2-fr1)),
+		BytesEntry:    ratio(float64(by2-by1), float64(e2-e1)),
+		Usage:         u,
+		ServerCPUPerM: ratio(u.ServerCPU*1e6, float64(e2-e1)),
+		LoadCPUPerM:   ratio(u.LoadCPU*1e6, float64(e2-e1)),
+	}, nil
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed"
+)
+
+// replay measures catch-up replay: a backlog of rows committed in Postgres
+// (one transaction; tide's trigger captures every row), then one client
+// subscribes with a cursor just before it and reads until caught-up. In
+// the same run, this process reads the same rows with a plain pgx SELECT
+// of the same columns from the table (the baseline) and, for reference,
+// the same changes from tide's change log in one query.
+func replay(args []string) error {
+	fs := flag.NewFlagSet("replay", flag.ExitOnError)
+	var cm common
+	cm.register(fs, 10*time.Minute)
+	rows := fs.Int("rows", 100_000, "backlog rows (at most 10M)")
+	runs := fs.Int("runs", 3, "times each path is measured (medians are reported)")
+	limit := fs.Int("limit", 0, "page size the client asks for (0: the server's default)")
+	bodyLen := fs.Int("body", 64, "bytes of each row's body column")
+	auth := fs.Bool("auth", true, "principals, RequireClaim and a row filter")
+	dsnFlag := fs.String("dsn", "", "Postgres URL (default: TIDE_TEST_DATABASE_URL, else "+defaultDSN+")")
+	prof := fs.String("pprof", "", "write a CPU profile of the server over the first replay to this file")
+	_ = fs.Parse(args)
+	if *rows < 1 || *rows > 10_000_000 || *runs < 1 || *runs > 20 || *limit < 0 {
+		return errors.New("replay: need 1 ≤ -rows ≤ 10M, 1 ≤ -runs ≤ 20, -limit ≥ 0")
+	}
+	dsn, err := dsnOr(*dsnFlag)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := cm.context()
+	defer cancel()
+
+	pg, err := newPGRun(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pg.drop()
+	sargs := pg.serverArgs()
+	if *auth {
+		sargs = append(sargs, "-auth")
+	}
+	srv, err := startChild(ctx, "serve", sargs...)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	// The engine starts its tailer with the first connection: a primer
+	// connection (on another scope) starts it before the backlog exists.
+	primer, err := dialLoad(ctx, srv.addr, 1000, dialOpts{path: "/tide/ws", tide: true, auth: *auth, scope: "primer", readBuf: 512})
+	if err != nil {
+		return err
+	}
+	defer primer.close()
+	if err := waitUntil(ctx, fleet{primer}, 5*time.Millisecond, "the primer's caught-up", func() bool { return primer.caught.Load() > 0 }); err != nil {
+		return err
+	}
+	st0, err := srv.stats(ctx, false)
+	if err != nil {
+		return err
+	}
+	body := strings.Repeat("lorem ipsum dolor sit amet ", *bodyLen/27+1)[:*bodyLen]
+	t0 := time.Now()
+	if _, err := pg.conn.Exec(ctx, "INSERT INTO "+pg.table()+" (id, scope, tenant, body, sent_ns) SELECT i::text, 's0', $1, $2, i FROM generate_series(1, $3) i",
+		tenant, body, *rows); err != nil {
+		return err
+	}
+	insertTime := time.Since(t0)
+	for _, t := range []string{pg.table(), pg.changes()} {
+		if _, err := pg.conn.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
+			return err
+		}
+	}
+	// Let the server's tailer read the backlog (nobody is subscribed)
+	// before measuring, so it does not compete with the replay.
+	// (Stats has no tail position: the tailer is taken to be done once its
+	// batch count has moved and then stood still for 0.6 s.)
+	last, still := st0.Engine.TailBatches, 0
+	for still < 3 {
+		st, err := srv.stats(ctx, false)
+		if err != nil {
+			return err
+		}
+		if st.Engine.TailBatches == last && last > st0.Engine.TailBatches {
+			still++
+		} else {
+			still = 0
+		}
+		last = st.Engine.TailBatches
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	cursor := core.Cursor{Epoch: st0.Epoch, Pos: feed.Position(st0.Head)}.String()
+
+	res := replayResult{Env: newEnv(fs), Rows: *rows, Limit: *limit, Auth: *auth, InsertSeconds: insertTime.Seconds()}
+	for run := range *runs {
+		// tide
+		stA, err := srv.stats(ctx, false)
+		if err != nil {
+			return err
+		}
+		var waitProf func() error
+		if run == 0 {
+			waitProf = srv.profile(ctx, *prof, 2*time.Second)
+		}
+		s1 := takeSample(srv)
+		start := clock()
+		c, err := dialLoad(ctx, srv.addr, run, dialOpts{path: "/tide/ws", tide: true, auth: *auth, scope: "s0", cursor: cursor, limit: *limit, readBuf: 64 << 10})
+		if err != nil {
+			return err
+		}
+		one := fleet{c}
+		err = waitUntil(ctx, one, time.Millisecond, "caught-up", func() bool { return c.caught.Load() > 0 })
+		s2 := takeSample(srv)
+		c.close()
+		if err != nil {
+			return err
+		}
+		if waitProf != nil {
+			if err := waitProf(); err != nil {
+				return fmt.Errorf("profile: %v", err)
+			}
+		}
+		if got := c.replayed.Load(); got != int64(*rows) {
+			return fmt.Errorf("the client received %d entries before caught-up, want %d", got, *rows)
+		}
+		stB, err := srv.stats(ctx, false)
+		if err != nil {
+			return err
+		}
+		secs := float64(c.caughtAt.Load()-start) / 1e9
+		res.Tide = append(res.Tide, float64(*rows)/secs)
+		res.TideUsage = append(res.TideUsage, s1.to(s2))
+		res.ReplayQueries = stB.Engine.ReplayQueries - stA.Engine.ReplayQueries
+		res.Frames = c.frames.Load()
+
+		// pgx SELECT of the same rows and columns from the table.
+		s1 = takeSample(nil)
+		n, secs, err := timedSelect(ctx, pg.conn, "SELECT id, scope, tenant, body, sent_ns FROM "+pg.table()+" WHERE scope = 's0'", 5)
+		if err != nil {
+			return err
+		}
+		if n != *rows {
+			return fmt.Errorf("SELECT returned %d rows, want %d", n, *rows)
+		}
+		res.Select = append(res.Select, float64(n)/secs)
+		res.SelectUsage = append(res.SelectUsage, s1.to(takeSample(nil)))
+
+		// pgx SELECT of the same changes from the change log, one query.
+		n, secs, err = timedSelect(ctx, pg.conn, "SELECT pos, key, data FROM "+pg.changes()+" WHERE pos > "+strconv.FormatUint(st0.Head, 10)+" ORDER BY pos", 3)
+		if err != nil {
+			return err
+		}
+		res.SelectLog = append(res.SelectLog, float64(n)/secs)
+	}
+	res.TideMedian, res.SelectMedian, res.SelectLogMedian = median(res.Tide), median(res.Select), median(res.SelectLog)
+	res.Ratio = ratio(res.TideMedian, res.SelectMedian)
+	return emit(cm.json, res, res.text())
+}
+
+// timedSelect runs a query, scanning every column of every row into Go
+// values as an app would, and returns the row count and the seconds taken.
+func timedSelect(ctx context.Context, conn *pgx.Conn, sql string, cols int) (int, float64, error) {
+	start := time.Now()
+	rows, err := conn.Query(ctx, sql)
+	if err != nil {
+		return 0, 0, err
+	}
+	var s1, s2, s3, s4 string
+	var i1 int64
+	var data []byte
+	var dest []any
+	switch cols {
+	case 5:
+		dest = []any{&s1, &s2, &s3, &s4, &i1}
+	default:
+		dest = []any{&i1, &s1, &data}
+	}
+	n := 0
+	_, err = pgx.ForEachRow(rows, dest, func() error { n++; return nil })
+	return n, time.Since(start).Seconds(), err
+}
+
+type replayResult struct {
+	Env             env       `json:"env"`
+	Rows            int       `json:"rows"`
+	Limit           int       `json:"limit"`
+	Auth            bool      `json:"auth"`
+	InsertSeconds   float64   `json:"backlog_insert_s"`
+	Tide            []float64 `json:"tide_runs"`
+	TideUsage       []usage   `json:"tide_usage"`
+	Select          []float64 `json:"select_runs"`
+	SelectUsage     []usage   `json:"select_usage"`
+	SelectLog       []float64 `json:"select_changelog_runs"`
+	TideMedian      float64   `json:"tide_rows_per_s"`
+	SelectMedian    float64   `json:"select_rows_per_s"`
+	SelectLogMedian float64   `json:"select_changelog_rows_per_s"`
+	Ratio           float64   `json:"tide_over_select"`
+	ReplayQueries   int64     `json:"replay_queries_per_run"`
+	Frames          int64     `json:"frames_per_run"`
+}
+
+func (r replayResult) text() string {
+	var b strings.Builder
+	auth := "RequireClaim policy + row filter"
+	if !r.Auth {
+		auth = "no policy, no filter"
+	}
+	page := "server default"
+	if r.Limit > 0 {
+		page = strconv.Itoa(r.Limit)
+	}
+	fmt.Fprintf(&b, "tideload replay: backlog of %s rows (inserted in one transaction in %.1f s), one client catching up over a WebSocket, pages: %s; %s\n",
+		commas(float64(r.Rows)), r.InsertSeconds, page, auth)
+	fmt.Fprintf(&b, "  (%s; %s)\n", r.Env, r.Env.Flags)
+	list := func(xs []float64) string {
+		var s []string
+		for _, x := range xs {
+			s = append(s, commas(x))
+		}
+		return strings.Join(s, ", ")
+	}
+	fmt.Fprintf(&b, "  tide replay to the client:       %11s rows/s   (runs: %s; %d replay queries, %d frames per run)\n", commas(r.TideMedian), list(r.Tide), r.ReplayQueries, r.Frames)
+	fmt.Fprintf(&b, "  pgx SELECT, table, same columns: %11s rows/s   (runs: %s)\n", commas(r.SelectMedian), list(r.Select))
+	fmt.Fprintf(&b, "  pgx SELECT, change log:          %11s rows/s   (runs: %s)\n", commas(r.SelectLogMedian), list(r.SelectLog))
+	fmt.Fprintf(&b, "  tide/SELECT: %.2f\n", r.Ratio)
+	for i, u := range r.TideUsage {
+		fmt.Fprintf(&b, "  CPU, tide run %d: %s\n", i+1, u)
+	}
+	for i, u := range r.SelectUsage {
+		fmt.Fprintf(&b, "  CPU, SELECT run %d: load client (pgx) %.2f s, other (Postgres) %.2f s over %.2f s\n", i+1, u.LoadCPU, u.OtherCPU, u.Seconds)
+	}
+	return b.String()
+}
