@@ -97,16 +97,17 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 // and shared by every subscription it reaches.
 type entryBytes struct {
 	upsert []byte  // the change as an upsert entry (upserts only)
-	delete []byte  // the change as a delete entry (every change: a filtered upsert is sent as a delete)
+	delete []byte  // the change as a delete entry (deletes only; a hidden upsert gets view.hiddenDelete)
 	view   rowView // what row filters need, computed on first use (pages.go)
 }
 
 // encodeEntries encodes c for the wire.
 func encodeEntries(c *feed.Change) entryBytes {
 	var eb entryBytes
-	eb.delete = appendEntry(nil, "delete", c.Key, nil, c.Origin)
 	if c.Op == feed.OpUpsert {
 		eb.upsert = appendEntry(make([]byte, 0, len(c.Row)+len(c.Key)+48), "upsert", c.Key, c.Row, c.Origin)
+	} else {
+		eb.delete = appendEntry(nil, "delete", c.Key, nil, c.Origin)
 	}
 	return eb
 }

@@ -18,10 +18,12 @@ import (
 // change of every later batch, which is what makes "register live interest,
 // then pin the replay high-water" gap-free.
 type hub struct {
-	e     *Engine
-	mu    sync.RWMutex
-	res   map[string]*resIndex
-	kicks []*conn // dispatch's scratch list of connections to start writers for
+	e      *Engine
+	mu     sync.RWMutex
+	res    map[string]*resIndex
+	kicks  []*conn  // dispatch's scratch list of connections to start writers for
+	active []*group // dispatch's scratch list of groups with matched changes
+	seen   [][]byte // flush's scratch list of a subscriber's entries
 	// dispatched is the position of the last change of the last batch
 	// dispatched (or a position the bus reported as covered). Written only
 	// inside the same critical section as the batch it covers; see
@@ -40,7 +42,16 @@ type resIndex struct {
 
 type group struct {
 	scope feed.Scope
+	res   *resource
 	subs  []*subscription
+	pend  []pending // changes of the batch being dispatched that match
+}
+
+// pending is a change matched to a group during a dispatch, with its
+// shared encoding.
+type pending struct {
+	c   *feed.Change
+	enc *entryBytes
 }
 
 func newHub(e *Engine) *hub { return &hub{e: e, res: map[string]*resIndex{}} }
@@ -57,7 +68,7 @@ func (h *hub) add(s *subscription) {
 	}
 	g := ri.groups[s.scope.Key()]
 	if g == nil {
-		g = &group{scope: s.scope}
+		g = &group{scope: s.scope, res: s.res}
 		ri.groups[s.scope.Key()] = g
 		h.groupAdded(g.scope)
 		if len(g.scope.Conds) == 0 {
@@ -123,12 +134,15 @@ func deleteGroup(gs []*group, g *group) []*group {
 }
 
 // dispatch fans a batch of changes, in position order, out to every matching
-// subscription. Writers of the connections it queued entries for start once
-// the whole batch is queued (see trySendEntry). Only the tailer calls it.
+// subscription. Each change is matched once per scope group and encoded once;
+// then each group hands each of its subscriptions all its changes of the
+// batch at once (see liveBatch). Writers of the connections it queued
+// entries for start once the whole batch is queued (see trySendBatch). Only
+// the tailer calls it.
 func (h *hub) dispatch(changes []feed.Change) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	kicks := h.kicks[:0]
+	active := h.active[:0]
 	for i := range changes {
 		c := &changes[i]
 		ri := h.res[c.Resource]
@@ -137,17 +151,25 @@ func (h *hub) dispatch(changes []feed.Change) {
 		}
 		var enc *entryBytes // encoded lazily, once, if anyone matches
 		for _, g := range ri.all {
-			enc = deliver(g, c, enc, &kicks)
+			enc, active = g.match(c, enc, active)
 		}
 		for col, idx := range ri.byCol {
 			if idx == nil || col >= len(c.Scope) {
 				continue
 			}
 			for _, g := range idx[c.Scope[col]] {
-				enc = deliver(g, c, enc, &kicks)
+				enc, active = g.match(c, enc, active)
 			}
 		}
 	}
+	kicks := h.kicks[:0]
+	for _, g := range active {
+		g.flush(&kicks, &h.seen)
+		clear(g.pend)
+		g.pend = g.pend[:0]
+	}
+	clear(active)
+	h.active = active[:0]
 	// Still under the read lock: whoever reads dispatchedUpTo after this
 	// batch sees a position that covers it.
 	if n := len(changes); n > 0 {
@@ -156,6 +178,77 @@ func (h *hub) dispatch(changes []feed.Change) {
 	kickQueued(kicks)
 	clear(kicks)
 	h.kicks = kicks[:0]
+}
+
+// match queues c for the group if its scope matches, encoding the change
+// on first use; it returns the (possibly new) encoding and the list of
+// groups with queued changes.
+func (g *group) match(c *feed.Change, enc *entryBytes, active []*group) (*entryBytes, []*group) {
+	if !g.scope.Match(c.Scope) {
+		return enc, active
+	}
+	if enc == nil {
+		e := encodeEntries(c)
+		enc = &e
+	}
+	if len(g.pend) == 0 {
+		active = append(active, g)
+	}
+	g.pend = append(g.pend, pending{c, enc})
+	return enc, active
+}
+
+// flush hands the group's matched changes to its subscriptions. Every
+// subscription that sees the changes as they are (no row filter, or a
+// filter that shows it every row) gets one shared batch; only a principal
+// that a filter hides rows from gets a batch of its own.
+func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
+	shared := liveBatch{entries: make([][]byte, 0, len(g.pend)), pos: make([]feed.Position, 0, len(g.pend))}
+	for _, p := range g.pend {
+		e := p.enc.delete
+		if p.c.Op == feed.OpUpsert {
+			e = p.enc.upsert
+		}
+		shared.add(e, p.c.Pos)
+	}
+	if g.res.filter == nil {
+		for _, s := range g.subs {
+			s.push(shared, kicks)
+		}
+		return
+	}
+	seen := (*scratch)[:0]
+	for _, s := range g.subs {
+		p := s.principal()
+		seen = seen[:0]
+		same := true
+		for i, pc := range g.pend {
+			e := g.res.entryFor(p, pc.c, pc.enc)
+			seen = append(seen, e)
+			same = same && sameBytes(e, shared.entries[i])
+		}
+		if same {
+			s.push(shared, kicks)
+			continue
+		}
+		var b liveBatch
+		for i, e := range seen {
+			if e != nil {
+				b.add(e, g.pend[i].c.Pos)
+			}
+		}
+		if b.len() > 0 {
+			s.push(b, kicks)
+		}
+	}
+	clear(seen)
+	*scratch = seen[:0]
+}
+
+// sameBytes reports whether a and b are the same slice (not just equal
+// contents): whether a filter handed back the change's shared encoding.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func (h *hub) setDispatched(pos feed.Position) {
@@ -179,22 +272,6 @@ func (h *hub) dispatchedUpTo() feed.Position {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return feed.Position(h.dispatched.Load())
-}
-
-// deliver offers c to every subscription of g if g's scope matches, encoding
-// the change on first use; it returns the (possibly new) encoding.
-func deliver(g *group, c *feed.Change, enc *entryBytes, kicks *[]*conn) *entryBytes {
-	if !g.scope.Match(c.Scope) {
-		return enc
-	}
-	if enc == nil {
-		e := encodeEntries(c)
-		enc = &e
-	}
-	for _, s := range g.subs {
-		s.push(c, enc, kicks)
-	}
-	return enc
 }
 
 // desyncAll marks every subscription for a replay from its delivered cursor.

@@ -11,16 +11,18 @@ import (
 	"github.com/tidesync/tide/core/feed"
 )
 
-// outItem is one queued write: a whole frame, or one live entry of a
+// outItem is one queued write: a whole frame, or live entries of a
 // subscription. Consecutive live entries are written as one changes frame
 // per subscription, so a burst of changes costs one frame per socket, not
 // one per change.
 type outItem struct {
-	sub       *subscription // set for a live entry
-	data      []byte        // the frame, or the encoded entry (shared: never modified); the close reason for a close item
-	pos       feed.Position // position of a live entry
+	sub       *subscription // set for live entries
+	live      liveBatch     // the live entries (shared: never modified)
+	data      []byte        // the frame; the close reason for a close item
 	closeCode int           // nonzero: close the connection with this code after the items before it
 }
+
+func (it *outItem) size() int { return len(it.data) + it.live.bytes }
 
 // outbound is a connection's bounded send queue. Its fields are guarded by
 // the connection's mutex.
@@ -48,7 +50,7 @@ func (o *outbound) fits(n int) bool { return o.bytes == 0 || o.bytes+n <= o.limi
 
 func (o *outbound) push(it outItem) {
 	o.items = append(o.items, it)
-	o.bytes += len(it.data)
+	o.bytes += it.size()
 }
 
 func (o *outbound) discard() {
@@ -105,23 +107,22 @@ func (c *conn) sendFrameWait(ctx context.Context, frame []byte) error {
 	}
 }
 
-// trySendEntry queues a live entry if it fits. The caller holds s.mu.
+// trySendBatch queues live entries if they fit. The caller holds s.mu.
 //
 // With kicks nil the writer is started at once. The fan-out passes a list
 // instead: the connection is added to it (once) and its writer is started
 // after the whole batch of changes is queued, so a burst of changes goes
-// out as one frame per subscription rather than racing the writer entry by
-// entry.
-func (c *conn) trySendEntry(s *subscription, pos feed.Position, entry []byte, kicks *[]*conn) bool {
+// out as one frame per subscription rather than racing the writer.
+func (c *conn) trySendBatch(s *subscription, b liveBatch, kicks *[]*conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing || c.out.closeQueued {
 		return true // the connection is going away; nothing to resync
 	}
-	if !c.out.fits(len(entry)) {
+	if !c.out.fits(b.bytes) {
 		return false
 	}
-	c.out.push(outItem{sub: s, data: entry, pos: pos})
+	c.out.push(outItem{sub: s, live: b})
 	switch {
 	case kicks == nil:
 		c.kickLocked()
@@ -221,8 +222,8 @@ func (c *conn) writeLoop() {
 		}
 		err := c.writeItems(items, ping)
 		n := 0
-		for _, it := range items {
-			n += len(it.data)
+		for i := range items {
+			n += items[i].size()
 		}
 		clear(items)
 
@@ -280,12 +281,18 @@ func (c *conn) writeItems(items []outItem, ping bool) error {
 }
 
 // writeEntries writes a run of live entries, one changes frame per
-// subscription (split every PageSize entries), in each subscription's order.
-// It consumes the run: written items have sub set to nil. Entries are copied
-// straight into the socket's write buffer: a frame costs no allocation.
+// subscription (a new frame once PageSize entries are reached), in each
+// subscription's order. It consumes the run: written items have sub set to
+// nil. Each frame is assembled in one pooled buffer and written as one
+// WebSocket message, which gorilla sends with a single write system call
+// whatever its size.
 func (c *conn) writeEntries(run []outItem) error {
-	hdr := headerBuffers.Get().(*[]byte)
-	defer headerBuffers.Put(hdr)
+	bp := writeBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledWrite {
+			writeBuffers.Put(bp)
+		}
+	}()
 	for i := range run {
 		s := run[i].sub
 		if s == nil {
@@ -299,54 +306,48 @@ func (c *conn) writeEntries(run []outItem) error {
 			}
 			continue
 		}
-		// The cursor precedes the entries, so find the frame's extent first.
+		// The cursor precedes the entries, so find the frame's extent first:
+		// whole batches of s, while they fit in a page.
 		var last feed.Position
 		n, end := 0, i
-		for k := i; k < len(run) && n < c.e.cfg.PageSize; k++ {
-			if run[k].sub == s {
-				last, n, end = run[k].pos, n+1, k+1
+		for k := i; k < len(run); k++ {
+			if run[k].sub != s {
+				continue
 			}
+			if n > 0 && n+run[k].live.len() > c.e.cfg.PageSize {
+				break
+			}
+			last, n, end = run[k].live.last(), n+run[k].live.len(), k+1
 		}
-		*hdr = appendLiveChangesStart((*hdr)[:0], s.idJSON, c.e.epoch, last)
-		w, err := c.ws.NextWriter(websocket.TextMessage)
-		if err != nil {
-			return err
-		}
-		if _, err := w.Write(*hdr); err != nil {
-			return err
-		}
+		b := appendLiveChangesStart((*bp)[:0], s.idJSON, c.e.epoch, last)
 		sep := false
 		for k := i; k < end; k++ {
 			if run[k].sub != s {
 				continue
 			}
-			if sep {
-				if _, err := w.Write(comma); err != nil {
-					return err
+			for _, e := range run[k].live.entries {
+				if sep {
+					b = append(b, ',')
 				}
+				b = append(b, e...)
+				sep = true
 			}
-			if _, err := w.Write(run[k].data); err != nil {
-				return err
-			}
-			run[k].sub, sep = nil, true
+			run[k].sub = nil
 		}
-		if _, err := w.Write(changesEnd); err != nil {
-			return err
-		}
-		if err := w.Close(); err != nil {
+		b = appendChangesEnd(b)
+		*bp = b
+		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
 			return err
 		}
 		c.e.stats.delivered.Add(int64(n))
-		// Entries of s beyond PageSize still carry s and get the next frame
+		// Batches of s beyond the page still carry s and get the next frame
 		// when the loop reaches them.
 	}
 	return nil
 }
 
-var (
-	comma      = []byte{','}
-	changesEnd = []byte{']', '}'}
-	// headerBuffers hold the start of live changes frames while they are
-	// written.
-	headerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
-)
+// writeBuffers hold live changes frames while they are written; buffers
+// grown past maxPooledWrite are left to the collector.
+var writeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxPooledWrite = 1 << 20

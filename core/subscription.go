@@ -40,15 +40,10 @@ type subscription struct {
 
 	mu        sync.Mutex
 	state     subState
-	buf       []buffered // live entries held while catching up
-	bufBytes  int        // bytes of entries in buf, bounded by SendBuffer
-	overflow  bool       // buf overflowed: replay another round
+	buf       []liveBatch // live entries held while catching up
+	bufBytes  int         // bytes of entries in buf, bounded by SendBuffer
+	overflow  bool        // buf overflowed: replay another round
 	delivered feed.Position
-}
-
-type buffered struct {
-	pos   feed.Position
-	entry []byte
 }
 
 func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) *subscription {
@@ -286,24 +281,20 @@ func (s *subscription) goLive(hw feed.Position) bool {
 	buf := s.buf
 	s.buf, s.bufBytes = nil, 0
 	for _, b := range buf {
-		if b.pos <= hw {
+		if b = b.after(hw); b.len() == 0 {
 			continue
 		}
 		if s.state != subLive {
 			break
 		}
-		s.deliverLocked(b.pos, b.entry, nil)
+		s.deliverLocked(b, nil)
 	}
 	return true
 }
 
-// push offers a live change to the subscription. It runs on the tailer's
+// push offers live changes to the subscription. It runs on the tailer's
 // goroutine, in position order.
-func (s *subscription) push(c *feed.Change, enc *entryBytes, kicks *[]*conn) {
-	entry := s.res.entryFor(s.principal(), c, enc)
-	if entry == nil {
-		return
-	}
+func (s *subscription) push(b liveBatch, kicks *[]*conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch s.state {
@@ -311,31 +302,30 @@ func (s *subscription) push(c *feed.Change, enc *entryBytes, kicks *[]*conn) {
 		if s.overflow {
 			return
 		}
-		if s.bufBytes+len(entry) > s.c.e.cfg.SendBuffer {
+		if s.bufBytes+b.bytes > s.c.e.cfg.SendBuffer {
 			s.overflow = true
 			s.buf, s.bufBytes = nil, 0
 			return
 		}
-		s.buf = append(s.buf, buffered{pos: c.Pos, entry: entry})
-		s.bufBytes += len(entry)
+		s.buf = append(s.buf, b)
+		s.bufBytes += b.bytes
 	case subLive:
 		// The high-water of the last catch-up came from the feed's head,
 		// which the tailer may not have reached yet: changes at or below it
 		// were replayed already and must not be sent twice.
-		if c.Pos <= s.delivered {
-			return
+		if b = b.after(s.delivered); b.len() > 0 {
+			s.deliverLocked(b, kicks)
 		}
-		s.deliverLocked(c.Pos, entry, kicks)
 	case subDesynced:
 		// Dropped: the replay after the queue drains covers it.
 	}
 }
 
-// deliverLocked queues a live entry, or marks the subscription desynced if
+// deliverLocked queues live entries, or marks the subscription desynced if
 // the socket's queue is full. The caller holds s.mu.
-func (s *subscription) deliverLocked(pos feed.Position, entry []byte, kicks *[]*conn) {
-	if s.c.trySendEntry(s, pos, entry, kicks) {
-		s.delivered = pos
+func (s *subscription) deliverLocked(b liveBatch, kicks *[]*conn) {
+	if s.c.trySendBatch(s, b, kicks) {
+		s.delivered = b.last()
 		return
 	}
 	s.state = subDesynced
