@@ -246,6 +246,10 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 // decode fills the struct v from a JSON row. Columns missing from the row
 // keep their zero value; unknown keys are ignored.
 func (c *codec) decode(row []byte, v reflect.Value) error {
+	if c.decodeFast(row, v) {
+		return nil
+	}
+	v.SetZero()
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(row, &obj); err != nil {
 		return fmt.Errorf("tide: row is not a JSON object: %w", err)

@@ -251,3 +251,44 @@ func TestKeyAndScopeText(t *testing.T) {
 		t.Fatalf("key %q scope %q", key, scope)
 	}
 }
+
+// FuzzDecodeRowFast: wherever the fast row decoder answers, it agrees with
+// the encoding/json path.
+func FuzzDecodeRowFast(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"t1","project_id":"p7","owner":-3,"title":"hi","done":true,"score":1.5,"at":"2026-11-30T15:04:05.123456Z","note":"n","blob":"AAEC/w==","meta":{"a":[1,2]},"count":7}`,
+		`{"id": "t2", "owner": 9223372036854775807, "note": null, "count": null, "extra": [1, {"x": "y"}]}`,
+		`{"id":"t3","at":"2026-11-30T15:04:05+02:00","score":-1e-7,"meta":null}`,
+		`{"id":"t\u00e9","owner":1.0}`, `{}`, `{"count":70000}`, `{"id":"a","id":"b"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	c, err := codecFor(typeOf[goodRow]())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast goodRow
+		if !c.decodeFast(data, valueOf(&fast).Elem()) {
+			return
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(data, &obj); err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		var slow goodRow
+		sv := valueOf(&slow).Elem()
+		for _, fc := range c.fields {
+			if raw, ok := obj[fc.col.Name]; ok {
+				if err := json.Unmarshal(raw, sv.Field(fc.field).Addr().Interface()); err != nil {
+					t.Fatalf("fast path accepted %q, encoding/json refuses column %s: %v", data, fc.col.Name, err)
+				}
+			}
+		}
+		a, _ := json.Marshal(fast)
+		b, _ := json.Marshal(slow)
+		if string(a) != string(b) || !fast.At.Equal(slow.At) {
+			t.Fatalf("%q:\nfast %s\nslow %s", data, a, b)
+		}
+	})
+}
