@@ -209,9 +209,12 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 	}
 }
 
-// sendReplay sends the scope's changes in (from, until] in pages. The next
-// page is read from the feed while the current one is queued and written,
-// so the database and the socket work at the same time.
+// replayAhead is how many replay pages are read ahead of the one being
+// sent, so the database, the encoding and the socket work at the same time.
+const replayAhead = 2
+
+// sendReplay sends the scope's changes in (from, until] in pages, read by a
+// goroutine that stays up to replayAhead pages ahead.
 func (s *subscription) sendReplay(from, until feed.Position) error {
 	e := s.c.e
 	if from >= until {
@@ -221,37 +224,37 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 		pg  page
 		err error
 	}
-	next := make(chan result, 1)
-	fetch := func(after feed.Position) {
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			pg, err := e.replayPage(s.ctx, s.res, s.principal(), s.scope, after, until, s.limit)
-			next <- result{pg, err}
-		}()
-	}
-	fetch(from)
-	for {
-		r := <-next
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel() // stops the reader if sending fails
+	pages := make(chan result, replayAhead)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer close(pages)
+		for after := from; ; {
+			pg, err := e.replayPage(ctx, s.res, s.principal(), s.scope, after, until, s.limit)
+			select {
+			case pages <- result{pg, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || pg.read < s.limit || pg.last >= until {
+				return
+			}
+			after = pg.last
+		}
+	}()
+	for r := range pages {
 		if r.err != nil {
 			return r.err
 		}
-		more := r.pg.read == s.limit && r.pg.last < until
-		if more {
-			fetch(r.pg.last)
-		}
 		if r.pg.n > 0 {
 			if err := s.sendPage(r.pg, e.cursorString(r.pg.last)); err != nil {
-				if more {
-					<-next // the prefetch ends with s.ctx
-				}
 				return err
 			}
 		}
-		if !more {
-			return nil
-		}
 	}
+	return ctx.Err()
 }
 
 func (s *subscription) sendPage(pg page, cursor string) error {

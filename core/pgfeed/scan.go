@@ -26,14 +26,16 @@ import (
 func scanChanges(rows pgx.Rows, resource string) (int64, []feed.Change, error) {
 	defer rows.Close()
 	lay, fast := layoutOf(rows.FieldDescriptions())
+	lay.resource = resource
 	var floor int64
 	var out []feed.Change
+	var mem slab
 	for rows.Next() {
 		var c feed.Change
 		var p int64
 		var err error
 		if fast {
-			p, err = lay.decode(rows.RawValues(), &floor, &c)
+			p, err = lay.decode(rows.RawValues(), &floor, &c, &mem)
 		} else {
 			p, err = scanChange(rows, &floor, &c)
 		}
@@ -70,8 +72,9 @@ func byPos(a, b feed.Change) int { return cmp.Compare(a.Pos, b.Pos) }
 // Postgres for (binary for integers and arrays, text for text and, as pgx
 // does for jsonb, usually text for the row).
 type layout struct {
-	op4       bool // op is an int4 (coalesce widens it), else an int2
-	binaryRow bool // data is jsonb in binary format: a version byte, then the text
+	op4       bool   // op is an int4 (coalesce widens it), else an int2
+	binaryRow bool   // data is jsonb in binary format: a version byte, then the text
+	resource  string // set: every row is of this resource; the column is not read
 }
 
 // layoutOf reports the layout of the columns, or false if decode cannot read
@@ -116,8 +119,9 @@ func scanChange(rows pgx.Rows, floor *int64, c *feed.Change) (int64, error) {
 
 var errBadBinary = errors.New("pgfeed: unexpected binary value in a change row")
 
-// decode decodes one row's raw values. NULL is a nil value.
-func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change) (int64, error) {
+// decode decodes one row's raw values into c, copying what it keeps into
+// mem (RawValues are reused by the next row). NULL is a nil value.
+func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change, mem *slab) (int64, error) {
 	if len(vals) != 8 || len(vals[0]) != 8 || len(vals[1]) != 8 {
 		return 0, errBadBinary
 	}
@@ -126,7 +130,9 @@ func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change) (int64, erro
 	if p == 0 {
 		return 0, nil
 	}
-	c.Resource = string(vals[2])
+	if l.resource == "" {
+		c.Resource = mem.string(vals[2])
+	}
 	switch {
 	case l.op4 && len(vals[3]) == 4:
 		c.Op = feed.Op(int32(binary.BigEndian.Uint32(vals[3])))
@@ -135,8 +141,8 @@ func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change) (int64, erro
 	default:
 		return 0, fmt.Errorf("%w: op", errBadBinary)
 	}
-	c.Key = string(vals[4])
-	scope, err := decodeTextArray(vals[5])
+	c.Key = mem.string(vals[4])
+	scope, err := decodeTextArray(vals[5], mem)
 	if err != nil {
 		return 0, err
 	}
@@ -148,16 +154,16 @@ func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change) (int64, erro
 			}
 			d = d[1:]
 		}
-		c.Row = append([]byte(nil), d...) // RawValues are reused by the next row
+		c.Row = mem.bytes(d)
 	}
-	c.Origin = string(vals[7])
+	c.Origin = mem.string(vals[7])
 	return p, nil
 }
 
 // decodeTextArray decodes a one-dimensional text[] in binary format:
 // ndim, has-null flag, element type, then per dimension its length and
 // lower bound, then each element as a length (-1 for NULL) and its bytes.
-func decodeTextArray(b []byte) ([]string, error) {
+func decodeTextArray(b []byte, mem *slab) ([]string, error) {
 	if b == nil {
 		return nil, nil
 	}
@@ -176,7 +182,7 @@ func decodeTextArray(b []byte) ([]string, error) {
 		return nil, errBadBinary
 	}
 	b = b[20:]
-	out := make([]string, n)
+	out := mem.strings(int(n))
 	for i := range out {
 		if len(b) < 4 {
 			return nil, errBadBinary
@@ -189,7 +195,7 @@ func decodeTextArray(b []byte) ([]string, error) {
 		if int(l) > len(b) {
 			return nil, errBadBinary
 		}
-		out[i] = string(b[:l])
+		out[i] = mem.string(b[:l])
 		b = b[l:]
 	}
 	return out, nil
