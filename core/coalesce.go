@@ -2,30 +2,72 @@ package core
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/tidesync/tide/core/feed"
 )
 
-// coalescer shares identical feed reads between subscriptions: when many
-// clients of one scope catch up at once (a reconnect storm, a deploy), they
-// resume from the same cursor with the same high-water (see Engine.head),
-// so their replay pages are the same query. One of them runs it; the others
-// wait for its result. The database then runs replay queries per page in
-// proportion to the scopes, not the clients.
+// coalescer shares feed reads between subscriptions: when many clients of
+// one scope catch up at once (a reconnect storm, a deploy), their replay
+// pages are mostly the same rows. A replay read in progress for a scope is
+// joined by any subscription whose cursor lies inside the range it reads:
+// it takes the rows after its own cursor and up to its own high-water, and
+// continues from where the read ended. Pages then converge: the database
+// runs replay queries per page in proportion to the scopes, not the
+// clients. Identical snapshot page reads are shared the same way.
 //
 // Results are shared read-only: changes are never modified after a feed
 // returns them.
 type coalescer struct {
 	mu        sync.Mutex
-	replays   map[replayKey]*flight[[]feed.Change]
+	replays   map[replayKey][]*replayFlight
 	snapshots map[snapshotKey]*flight[feed.SnapshotPage]
 }
 
 type replayKey struct {
-	scope        string
+	scope string
+	limit int
+}
+
+// replayFlight is one replay read in progress of (after, until].
+type replayFlight struct {
 	after, until feed.Position
-	limit        int
+	done         chan struct{}
+	changes      []feed.Change
+	err          error
+	waiters      int // guarded by coalescer.mu
+}
+
+// replaySlice is what one subscription takes from a replay read.
+type replaySlice struct {
+	changes []feed.Change // the rows in (after, until] of the subscription
+	next    feed.Position // every change at or below next has been read
+	done    bool          // nothing more up to the subscription's until
+}
+
+// sliceFor cuts the read's result for a subscription reading (after,
+// until]. ok is false if the read cannot serve it (its rows end before
+// after).
+func (f *replayFlight) sliceFor(after, until feed.Position, limit int) (replaySlice, bool) {
+	full := len(f.changes) == limit
+	covered := f.until // a short page read everything up to its until
+	if full {
+		covered = f.changes[len(f.changes)-1].Pos
+	}
+	if covered <= after && !(covered == f.until && covered >= until) {
+		return replaySlice{}, false
+	}
+	lo := 0
+	for lo < len(f.changes) && f.changes[lo].Pos <= after {
+		lo++
+	}
+	hi := lo
+	for hi < len(f.changes) && f.changes[hi].Pos <= until {
+		hi++
+	}
+	next := min(max(covered, after), until)
+	return replaySlice{changes: f.changes[lo:hi], next: next, done: next >= until}, true
 }
 
 type snapshotKey struct {
@@ -76,18 +118,61 @@ func share[K comparable, T any](ctx context.Context, e *Engine, m *map[K]*flight
 	return f.val, true, f.err
 }
 
-// sharedReplay is Feed.Replay, coalesced.
-func (e *Engine) sharedReplay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, error) {
-	key := replayKey{q.Scope.Key(), q.After, q.Until, q.Limit}
-	changes, led, err := share(ctx, e, &e.coalesce.replays, key, func(ctx context.Context) ([]feed.Change, error) {
-		return e.feed.Replay(ctx, q)
-	})
-	if led {
-		e.stats.replayQueries.Add(1)
-	} else {
-		e.stats.replayShared.Add(1)
+// sharedReplay reads the changes of q.Scope in (q.After, q.Until], at most
+// q.Limit, joining a read of the same scope already in progress when that
+// read covers q.After. The read runs under the engine's context, so a caller
+// that gives up does not fail the others.
+func (e *Engine) sharedReplay(ctx context.Context, q feed.ReplayQuery) (replaySlice, error) {
+	c := &e.coalesce
+	key := replayKey{q.Scope.Key(), q.Limit}
+	c.mu.Lock()
+	for _, f := range c.replays[key] {
+		if f.after > q.After || f.until <= q.After {
+			continue
+		}
+		f.waiters++
+		c.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return replaySlice{}, ctx.Err()
+		}
+		if f.err != nil {
+			return replaySlice{}, f.err
+		}
+		if sl, ok := f.sliceFor(q.After, q.Until, q.Limit); ok {
+			e.stats.replayShared.Add(1)
+			return sl, nil
+		}
+		c.mu.Lock()
+		break // it ended before our cursor: read on our own
 	}
-	return changes, err
+	f := &replayFlight{after: q.After, until: q.Until, done: make(chan struct{})}
+	if c.replays == nil {
+		c.replays = map[replayKey][]*replayFlight{}
+	}
+	c.replays[key] = append(c.replays[key], f)
+	c.mu.Unlock()
+
+	e.stats.replayQueries.Add(1)
+	f.changes, f.err = e.feed.Replay(e.ctx, q)
+	c.mu.Lock()
+	fs := c.replays[key]
+	if i := slices.Index(fs, f); i >= 0 {
+		fs = slices.Delete(fs, i, i+1)
+	}
+	if len(fs) == 0 {
+		delete(c.replays, key)
+	} else {
+		c.replays[key] = fs
+	}
+	c.mu.Unlock()
+	close(f.done)
+	if f.err != nil {
+		return replaySlice{}, f.err
+	}
+	sl, _ := f.sliceFor(q.After, q.Until, q.Limit)
+	return sl, nil
 }
 
 // sharedSnapshot is Feed.Snapshot, coalesced.

@@ -3,15 +3,17 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/memfeed"
 )
 
-// TestShareCoalesces: callers asking for the same read while it runs get its
+// TestShareCoalesces (the snapshot path's exact sharing): callers asking for the same read while it runs get its
 // result without reading again; a different key reads on its own; the
 // leader's read is not cancelled by a waiter giving up.
 func TestShareCoalesces(t *testing.T) {
@@ -20,8 +22,8 @@ func TestShareCoalesces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Shutdown(context.Background())
-	var m map[replayKey]*flight[[]feed.Change]
-	key := replayKey{scope: "todos?project_id=p7", after: 10, until: 20, limit: 100}
+	var m map[snapshotKey]*flight[[]feed.Change]
+	key := snapshotKey{scope: "todos?project_id=p7", after: "k", hasAfter: true, limit: 100}
 	release := make(chan struct{})
 	reads := 0
 	read := func(ctx context.Context) ([]feed.Change, error) {
@@ -86,5 +88,95 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition never held")
 		}
 		runtime.Gosched()
+	}
+}
+
+// gatedFeed is a memfeed whose Replay blocks until released and counts its
+// calls.
+type gatedFeed struct {
+	*memfeed.Feed
+	gate  chan struct{}
+	mu    sync.Mutex
+	calls int
+}
+
+func (g *gatedFeed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, error) {
+	g.mu.Lock()
+	g.calls++
+	g.mu.Unlock()
+	<-g.gate
+	return g.Feed.Replay(ctx, q)
+}
+
+// TestReplayJoinsReadInProgress: subscriptions whose cursor lies inside a
+// replay read in progress share it, each taking its own rows; one whose
+// high-water lies beyond continues with its own read from where it ended.
+func TestReplayJoinsReadInProgress(t *testing.T) {
+	g := &gatedFeed{Feed: memfeed.New(memfeed.Options{}), gate: make(chan struct{})}
+	e, err := New(Config{Feed: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	type row struct {
+		ID    string `tide:"id,pk"`
+		Scope string `tide:"scope,scope"`
+	}
+	tbl, err := Register(e, Resource[row]{Table: "rows"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 30; i++ {
+		if err := tbl.Upsert(ctx, row{ID: fmt.Sprint(i), Scope: "s"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sc := feed.NewScope(tbl.Schema(), nil)
+	type req struct{ after, until feed.Position }
+	leader := req{0, 20}
+	joiners := []req{{0, 20}, {5, 20}, {10, 15}, {19, 25}}
+	results := make([]replaySlice, len(joiners)+1)
+	var wg sync.WaitGroup
+	run := func(i int, r req) {
+		defer wg.Done()
+		sl, err := e.sharedReplay(ctx, feed.ReplayQuery{Scope: sc, After: r.after, Until: r.until, Limit: 100})
+		if err != nil {
+			t.Error(err)
+		}
+		results[i] = sl
+	}
+	wg.Add(1)
+	go run(0, leader)
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.calls == 1 })
+	for i, r := range joiners {
+		wg.Add(1)
+		go run(i+1, r)
+	}
+	waitFor(t, func() bool {
+		e.coalesce.mu.Lock()
+		defer e.coalesce.mu.Unlock()
+		fs := e.coalesce.replays[replayKey{sc.Key(), 100}]
+		return len(fs) == 1 && fs[0].waiters == len(joiners)
+	})
+	close(g.gate)
+	wg.Wait()
+	if g.calls != 1 {
+		t.Fatalf("%d feed reads for %d callers", g.calls, len(joiners)+1)
+	}
+	for i, r := range append([]req{leader}, joiners...) {
+		sl := results[i]
+		want := min(r.until, 20) - r.after
+		if feed.Position(len(sl.changes)) != want {
+			t.Errorf("caller %v got %d changes, want %d", r, len(sl.changes), want)
+		}
+		for _, c := range sl.changes {
+			if c.Pos <= r.after || c.Pos > r.until {
+				t.Errorf("caller %v got position %d", r, c.Pos)
+			}
+		}
+		if wantDone := r.until <= 20; sl.done != wantDone || (!sl.done && sl.next != 20) {
+			t.Errorf("caller %v: done=%v next=%d", r, sl.done, sl.next)
+		}
 	}
 }

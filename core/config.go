@@ -55,6 +55,11 @@ type Config struct {
 	// changes a subscription buffers while it replays; past it the buffer is
 	// discarded and the replay runs another round. Zero value means 1 MiB.
 	SendBuffer int
+	// ReplayCache is the number of most recent changes the engine keeps in
+	// memory, so replays of recent ranges (clients resuming after a short
+	// disconnect, a reconnect storm) do not query the feed. Zero value means
+	// 16384.
+	ReplayCache int
 	// MaxDrops is the number of dropped live changes after which a
 	// connection is closed with 1013. Zero value means 32.
 	MaxDrops int
@@ -122,6 +127,7 @@ func (c Config) WithDefaults() Config {
 	setInt(&c.MaxPageSize, 10000)
 	setInt(&c.SendBuffer, 1<<20)
 	setInt(&c.MaxDrops, 32)
+	setInt(&c.ReplayCache, 16384)
 	setInt(&c.MaxFrameBytes, 64<<10)
 	setInt(&c.MaxSubscriptions, 256)
 	setInt(&c.MaxConditions, 8)
@@ -151,6 +157,7 @@ func (c Config) validate() error {
 	positive("MaxPageSize", c.MaxPageSize)
 	positive("SendBuffer", c.SendBuffer)
 	positive("MaxDrops", c.MaxDrops)
+	positive("ReplayCache", c.ReplayCache)
 	positive("MaxFrameBytes", c.MaxFrameBytes)
 	positive("MaxSubscriptions", c.MaxSubscriptions)
 	positive("MaxConditions", c.MaxConditions)

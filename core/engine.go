@@ -280,6 +280,7 @@ type counters struct {
 	subscriptions   atomic.Int64
 	replayQueries   atomic.Int64
 	replayShared    atomic.Int64
+	replayMemory    atomic.Int64
 	snapshotQueries atomic.Int64
 	snapshotShared  atomic.Int64
 	delivered       atomic.Int64
@@ -295,6 +296,7 @@ type Stats struct {
 	Subscriptions   int64 // active subscriptions
 	ReplayQueries   int64 // replay pages read from the feed
 	ReplayShared    int64 // replay pages served by another subscription's read of the same page
+	ReplayMemory    int64 // replays served from the engine's memory of recent changes
 	SnapshotQueries int64 // snapshot pages read from the feed
 	SnapshotShared  int64 // snapshot pages served by another subscription's read of the same page
 	Delivered       int64 // live entries queued to sockets
@@ -312,6 +314,7 @@ func (e *Engine) Stats() Stats {
 		Subscriptions:   s.subscriptions.Load(),
 		ReplayQueries:   s.replayQueries.Load(),
 		ReplayShared:    s.replayShared.Load(),
+		ReplayMemory:    s.replayMemory.Load(),
 		SnapshotQueries: s.snapshotQueries.Load(),
 		SnapshotShared:  s.snapshotShared.Load(),
 		Delivered:       s.delivered.Load(),

@@ -24,6 +24,7 @@ type hub struct {
 	kicks  []*conn  // dispatch's scratch list of connections to start writers for
 	active []*group // dispatch's scratch list of groups with matched changes
 	seen   [][]byte // flush's scratch list of a subscriber's entries
+	hist   *history // the most recent dispatched changes, for replays
 	// dispatched is the position of the last change of the last batch
 	// dispatched (or a position the bus reported as covered). Written only
 	// inside the same critical section as the batch it covers; see
@@ -54,7 +55,9 @@ type pending struct {
 	enc *entryBytes
 }
 
-func newHub(e *Engine) *hub { return &hub{e: e, res: map[string]*resIndex{}} }
+func newHub(e *Engine) *hub {
+	return &hub{e: e, res: map[string]*resIndex{}, hist: newHistory(e.cfg.ReplayCache)}
+}
 
 // add registers s under its scope.
 func (h *hub) add(s *subscription) {
@@ -175,6 +178,7 @@ func (h *hub) dispatch(changes []feed.Change) {
 	if n := len(changes); n > 0 {
 		h.setDispatched(changes[n-1].Pos)
 	}
+	h.hist.add(changes)
 	kickQueued(kicks)
 	clear(kicks)
 	h.kicks = kicks[:0]
@@ -262,6 +266,7 @@ func (h *hub) setDispatched(pos feed.Position) {
 func (h *hub) advance(pos feed.Position) {
 	h.mu.Lock()
 	h.setDispatched(pos)
+	h.hist.reset(pos)
 	h.mu.Unlock()
 }
 

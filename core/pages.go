@@ -126,6 +126,8 @@ type page struct {
 	n       int           // entries in the page
 	read    int           // changes or rows the feed returned
 	last    feed.Position // replay: position of the last change read
+	next    feed.Position // replay: every change up to it has been read
+	done    bool          // replay: nothing more up to the high-water
 	lastKey string        // snapshot: key of the last row read
 	pos     feed.Position // snapshot: the position the page is consistent at
 }
@@ -190,17 +192,18 @@ func (pg *page) frame(header []byte) []byte {
 	return appendChangesEnd(f)
 }
 
-// replayPage reads the changes of sc in (after, until], at most limit.
+// replayPage reads the next page of the changes of sc in (after, until]:
+// at most limit changes, and where to continue (pg.next, pg.done).
 func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after, until feed.Position, limit int) (page, error) {
-	changes, err := e.sharedReplay(ctx, feed.ReplayQuery{Scope: sc, After: after, Until: until, Limit: limit})
+	sl, err := e.sharedReplay(ctx, feed.ReplayQuery{Scope: sc, After: after, Until: until, Limit: limit})
 	if err != nil {
 		return page{}, err
 	}
-	pg := newPage(changes)
-	pg.last = after
-	for i := range changes {
-		pg.addChange(r, p, &changes[i], false)
-		pg.last = changes[i].Pos
+	pg := newPage(sl.changes)
+	pg.last, pg.next, pg.done = after, sl.next, sl.done
+	for i := range sl.changes {
+		pg.addChange(r, p, &sl.changes[i], false)
+		pg.last = sl.changes[i].Pos
 	}
 	return pg, nil
 }

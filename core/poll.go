@@ -95,12 +95,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 		if err != nil {
 			return nil, err
 		}
-		more := pg.read == limit
-		next := hw
-		if more {
-			next = pg.last
-		}
-		return encodePollPage(pg, e.cursorString(next), more), nil
+		return encodePollPage(pg, e.cursorString(pg.next), !pg.done), nil
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -224,6 +225,14 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 		pg  page
 		err error
 	}
+	// A recent range is in the engine's memory once the tailer has
+	// dispatched up to the high-water, which it is about to.
+	if e.hub.hist.holds(from) && e.hub.hist.await(s.ctx, until, historyWait) {
+		if changes, ok := e.hub.hist.read(s.scope, from, until); ok {
+			e.stats.replayMemory.Add(1)
+			return s.sendChanges(changes)
+		}
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel() // stops the reader if sending fails
 	pages := make(chan result, replayAhead)
@@ -238,10 +247,10 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 			case <-ctx.Done():
 				return
 			}
-			if err != nil || pg.read < s.limit || pg.last >= until {
+			if err != nil || pg.done {
 				return
 			}
-			after = pg.last
+			after = pg.next
 		}
 	}()
 	for r := range pages {
@@ -255,6 +264,29 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// historyWait bounds how long a replay waits for the tailer to reach its
+// high-water before it reads the feed instead.
+const historyWait = time.Second
+
+// sendChanges sends changes read from the engine's memory, in pages.
+func (s *subscription) sendChanges(changes []feed.Change) error {
+	for len(changes) > 0 {
+		n := min(len(changes), s.limit)
+		pg := newPage(changes[:n])
+		for i := range changes[:n] {
+			pg.addChange(s.res, s.principal(), &changes[i], false)
+			pg.last = changes[i].Pos
+		}
+		if pg.n > 0 {
+			if err := s.sendPage(pg, s.c.e.cursorString(pg.last)); err != nil {
+				return err
+			}
+		}
+		changes = changes[n:]
+	}
+	return nil
 }
 
 func (s *subscription) sendPage(pg page, cursor string) error {

@@ -20,7 +20,10 @@ import (
 func TestRetentionResetOverWebSocket(t *testing.T) {
 	t.Parallel()
 	pool, name := testenv.PostgresSchema(t)
-	srv := newE2EServer(t, pool, name, pgfeed.Options{}, core.Config{PageSize: 7})
+	// ReplayCache 1: the engine's memory of recent changes would otherwise
+	// serve this client without touching the pruned log (correctly, but
+	// this test is about the log's retention).
+	srv := newE2EServer(t, pool, name, pgfeed.Options{}, core.Config{PageSize: 7, ReplayCache: 1})
 	ctx := testCtx(t)
 	var rows []tItem
 	for i := range 30 {
