@@ -21,6 +21,7 @@ func idle(args []string) error {
 	auth := fs.Bool("auth", false, "principals with claims, RequireClaim and a row filter (off: anonymous and authz.Allow, as first measured)")
 	hold := fs.Bool("hold", false, "keep the connections open until the timeout, for profiling the server")
 	conc := fs.Int("conc", 64, "connections opened at a time")
+	quiet := fs.Duration("quiet", 3*time.Second, "how long the connections stay silent before the measurement (the server retires a connection's writer goroutine within a second of its last write)")
 	_ = fs.Parse(args)
 	if *n < 1 || *n > 19000 || *scopes < 1 {
 		return errors.New("idle: need 1 ≤ -n ≤ 19000 and -scopes ≥ 1")
@@ -50,6 +51,11 @@ func idle(args []string) error {
 	defer conns.close()
 	if err := waitUntil(ctx, conns, 20*time.Millisecond, "caught-up", func() bool { return conns.caughtUp() == *n }); err != nil {
 		return err
+	}
+	select { // idle means silent for a while: let the last writers retire
+	case <-time.After(*quiet):
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	after, err := srv.stats(ctx, false)
 	if err != nil {
