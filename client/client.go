@@ -83,6 +83,7 @@ type CloseError struct {
 	Reason string // the close reason the server gave
 }
 
+// Error describes the close and what it means for the client.
 func (e *CloseError) Error() string {
 	what := "policy violation: do not retry with the same credentials"
 	if e.Code == core.CloseVersionSkew {

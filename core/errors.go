@@ -40,6 +40,7 @@ type Error struct {
 	Message string // human-readable detail; not stable
 }
 
+// Error formats the code and message.
 func (e *Error) Error() string { return fmt.Sprintf("tide: %s: %s", e.Code, e.Message) }
 
 func errorf(code Code, format string, args ...any) *Error {
