@@ -54,15 +54,18 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address (a free port is picked if it is taken)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*addr, log); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, *addr, log, func(url string) { fmt.Printf("tide todo demo: %s\n", url) })
+	if err != nil {
 		log.Error("todo demo failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// run serves the demo until ctx ends, calling ready with its URL once it
+// listens.
+func run(ctx context.Context, addr string, log *slog.Logger, ready func(url string)) error {
 
 	cfg := core.Config{Logger: log} // the in-memory feed, unless DATABASE_URL is set
 	app := &app{idPrefix: "t"}
@@ -120,7 +123,7 @@ func run(addr string, log *slog.Logger) error {
 		}
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Printf("tide todo demo: http://%s/\n", ln.Addr())
+	ready(fmt.Sprintf("http://%s/", ln.Addr()))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

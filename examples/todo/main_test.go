@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidesync/tide/client"
+	"github.com/tidesync/tide/core"
+)
+
+// TestDemo runs the demo as `go run ./examples/todo` does (in memory), fetches
+// its page, and checks that a todo added through its API reaches a client
+// subscribed over the protocol, as a second browser tab would see it.
+func TestDemo(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a failure bound only
+	defer cancel()
+	urls := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, "127.0.0.1:0", slog.New(slog.DiscardHandler), func(url string) { urls <- url })
+	}()
+	var base string
+	select {
+	case base = <-urls:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar}
+	resp, err := hc.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(page), "tide todo demo") {
+		t.Fatalf("page: %d %.80s", resp.StatusCode, page)
+	}
+
+	// A second tab: the Go client with the same session cookie.
+	cookies := jar.Cookies(mustURL(t, base))
+	hdr := http.Header{}
+	for _, c := range cookies {
+		hdr.Add("Cookie", c.String())
+	}
+	c, err := client.New(client.Config{URL: "ws" + strings.TrimPrefix(base, "http") + "tide/ws", Header: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := client.NewMirror()
+	if _, err := c.Subscribe(client.Scope{Resource: "todos", Conditions: map[string]any{"project_id": "demo"}}, m); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Run(ctx) }()
+
+	resp, err = hc.Post(base+"api/todos", "application/json", strings.NewReader(`{"project_id":"demo","title":"from the other tab"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct{ ID string }
+	_ = json.NewDecoder(resp.Body).Decode(&created)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || created.ID == "" {
+		t.Fatalf("create: %d", resp.StatusCode)
+	}
+	err = m.Wait(ctx, func(rows map[string]json.RawMessage) bool {
+		row, ok := rows[created.ID]
+		if !ok {
+			return false
+		}
+		td, err := core.DecodeRow[Todo](row)
+		return err == nil && td.Title == "from the other tab"
+	})
+	if err != nil {
+		t.Fatalf("the new todo never reached the subscribed client: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
