@@ -78,6 +78,17 @@ func (m *checkedMirror) Apply(ctx context.Context, b client.Batch) error {
 // convergence), and no client ever saw its cursor go backwards or a batch
 // applied twice (no regress). Invariants 1, 2 and 4.
 func TestInvariantsRandomized(t *testing.T) {
+	// Replays of recent ranges come from the engine's memory; with a memory
+	// of one change every replay reads the feed (and coalesces there).
+	for _, tc := range []struct {
+		name  string
+		cache int
+	}{{"replays from memory", 0}, {"replays from the feed", 1}} {
+		t.Run(tc.name, func(t *testing.T) { invariantsRandomized(t, tc.cache) })
+	}
+}
+
+func invariantsRandomized(t *testing.T, replayCache int) {
 	const (
 		projects = 5
 		clients  = 12
@@ -85,7 +96,7 @@ func TestInvariantsRandomized(t *testing.T) {
 		opsEach  = 600
 	)
 	master := seed(t)
-	s := newServer(t, core.Config{PageSize: 7}) // small pages: replay and snapshot span many
+	s := newServer(t, core.Config{PageSize: 7, ReplayCache: replayCache}) // small pages: replay and snapshot span many
 	wsURL := s.url
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a failure bound only
 	defer cancel()

@@ -65,20 +65,27 @@ func TestTorture(t *testing.T) {
 	}
 	t.Logf("torture: seed %d (set %s=%d to reproduce the workload)", seed, feedtest.SeedEnv, seed)
 
-	t.Run("sound", func(t *testing.T) {
-		r := runTorture(t, seed, pgfeed.Options{})
-		for _, v := range r.violations {
-			t.Error(v)
-		}
-		if r.outOfOrder == 0 {
-			t.Error("no commit landed out of insert order: the workload did not exercise what it must")
-		}
-		if r.reconnects == 0 || r.changes == 0 {
-			t.Error("no reconnects or no changes: the workload did not exercise what it must")
-		}
-	})
+	// The engine serves replays of recent ranges from memory (ReplayCache);
+	// the second run keeps one change there, so every replay reads the log.
+	for _, tc := range []struct {
+		name  string
+		cache int
+	}{{"sound", 0}, {"sound, every replay reads the log", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runTorture(t, seed, pgfeed.Options{}, tc.cache)
+			for _, v := range r.violations {
+				t.Error(v)
+			}
+			if r.outOfOrder == 0 {
+				t.Error("no commit landed out of insert order: the workload did not exercise what it must")
+			}
+			if r.reconnects == 0 || r.changes == 0 {
+				t.Error("no reconnects or no changes: the workload did not exercise what it must")
+			}
+		})
+	}
 	t.Run("broken capture is detected", func(t *testing.T) {
-		r := runTorture(t, seed, pgfeed.Broken(pgfeed.Options{}))
+		r := runTorture(t, seed, pgfeed.Broken(pgfeed.Options{}), 0)
 		if len(r.violations) == 0 {
 			t.Fatal("the checks passed on a capture that takes positions at write time: the torture test cannot fail")
 		}
@@ -86,10 +93,10 @@ func TestTorture(t *testing.T) {
 	})
 }
 
-func runTorture(t *testing.T, seed uint64, opts pgfeed.Options) tortureReport {
+func runTorture(t *testing.T, seed uint64, opts pgfeed.Options, replayCache int) tortureReport {
 	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 24 })
 	// Small pages and send buffers, so replays page and buffers overflow.
-	srv := newE2EServer(t, pool, name, opts, core.Config{PageSize: 25, SendBuffer: 32 << 10})
+	srv := newE2EServer(t, pool, name, opts, core.Config{PageSize: 25, SendBuffer: 32 << 10, ReplayCache: replayCache})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 0))
