@@ -176,16 +176,14 @@ func (c *wsClient) expectClose(code core.Code, closeCode int) core.ServerFrame {
 		c.t.Fatalf("error %+v, want connection-level %s", f, code)
 	}
 	_ = c.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
-	for {
-		_, data, err := c.ws.ReadMessage()
-		if err == nil {
-			c.t.Fatalf("after the error: %s", data)
-		}
-		if !websocket.IsCloseError(err, closeCode) {
-			c.t.Fatalf("want close %d, got %v", closeCode, err)
-		}
-		return f
+	_, data, err := c.ws.ReadMessage()
+	if err == nil {
+		c.t.Fatalf("after the error: %s", data)
 	}
+	if !websocket.IsCloseError(err, closeCode) {
+		c.t.Fatalf("want close %d, got %v", closeCode, err)
+	}
+	return f
 }
 
 var projects = authz.RequireClaim("project_id", "projects")

@@ -211,10 +211,10 @@ func TestResumeGetsExactlyTheMissedChanges(t *testing.T) {
 	c := s.dial(t, "u1", "p7")
 	c.hello()
 	c.send(`{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7"}}`)
-	_, cursor := c.collect("s1")
+	c.collect("s1")
 	_ = s.todos.Upsert(ctx, todo{"t2", "p7", "b", false})
 	f := c.expect(core.FrameChanges)
-	cursor = f.Cursor
+	cursor := f.Cursor
 	c.ws.Close() // the socket drops
 
 	// Missed while away: two changes in scope, one outside.

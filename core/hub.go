@@ -3,7 +3,6 @@ package core
 import (
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/tidesync/tide/core/feed"
 )
@@ -25,11 +24,6 @@ type hub struct {
 	active []*group // dispatch's scratch list of groups with matched changes
 	seen   [][]byte // flush's scratch list of a subscriber's entries
 	hist   *history // the most recent dispatched changes, for replays
-	// dispatched is the position of the last change of the last batch
-	// dispatched (or a position the bus reported as covered). Written only
-	// inside the same critical section as the batch it covers; see
-	// dispatchedUpTo.
-	dispatched atomic.Uint64
 }
 
 // resIndex holds the groups of one resource. A group is indexed under the
@@ -173,11 +167,6 @@ func (h *hub) dispatch(changes []feed.Change) {
 	}
 	clear(active)
 	h.active = active[:0]
-	// Still under the read lock: whoever reads dispatchedUpTo after this
-	// batch sees a position that covers it.
-	if n := len(changes); n > 0 {
-		h.setDispatched(changes[n-1].Pos)
-	}
 	h.hist.add(changes)
 	kickQueued(kicks)
 	clear(kicks)
@@ -255,28 +244,14 @@ func sameBytes(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-func (h *hub) setDispatched(pos feed.Position) {
-	if uint64(pos) > h.dispatched.Load() {
-		h.dispatched.Store(uint64(pos))
-	}
-}
-
 // advance records that every change up to pos counts as dispatched without
-// dispatching anything: a position a bus reports as covered.
+// having been dispatched here (the tailer's start, a jump over changes every
+// subscription replays, topics a bus starts delivering from pos): the
+// engine's memory of recent changes no longer covers what came before.
 func (h *hub) advance(pos feed.Position) {
 	h.mu.Lock()
-	h.setDispatched(pos)
 	h.hist.reset(pos)
 	h.mu.Unlock()
-}
-
-// dispatchedUpTo returns the position up to which every change has been
-// dispatched. The write lock waits out a batch in progress, and a batch
-// records its end before releasing its lock.
-func (h *hub) dispatchedUpTo() feed.Position {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return feed.Position(h.dispatched.Load())
 }
 
 // desyncAll marks every subscription for a replay from its delivered cursor.

@@ -195,13 +195,6 @@ func (t *tokenTimers) close() {
 	t.items, t.byConn, t.stop = nil, nil, nil
 }
 
-// pending returns the number of connections with a token deadline.
-func (t *tokenTimers) pending() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.items)
-}
-
 // expiryHeap orders items by their next deadline.
 type expiryHeap []*expiryItem
 

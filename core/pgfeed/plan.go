@@ -32,17 +32,16 @@ const timeFormat = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`
 // capture trigger and the snapshot query so that both render a row
 // identically.
 type plan struct {
-	s       *feed.Schema
-	table   string   // quoted table name
-	cols    []string // quoted column names, in Schema.Columns order
-	types   []uint32 // column type OIDs
-	key     string   // quoted key column
-	scope   []string // quoted scope columns
-	resLit  string   // resource name as a literal
-	layout  string   // what a change row's shape depends on
-	upsert  string   // Apply's upsert statement
-	delete  string   // Apply's delete statement
-	snapKey string   // cache key prefix for snapshot SQL
+	s      *feed.Schema
+	table  string   // quoted table name
+	cols   []string // quoted column names, in Schema.Columns order
+	types  []uint32 // column type OIDs
+	key    string   // quoted key column
+	scope  []string // quoted scope columns
+	resLit string   // resource name as a literal
+	layout string   // what a change row's shape depends on
+	upsert string   // Apply's upsert statement
+	delete string   // Apply's delete statement
 }
 
 // planFor returns the plan of s, reading its table's column types the first
