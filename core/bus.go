@@ -129,10 +129,10 @@ func (e *Engine) syncInterest(ctx context.Context) error {
 	// those at or below it must come from the replay, so the high-water
 	// must cover it. A high-water read from the feed's head after this
 	// returns does (the bus's position was read from the published log, so
-	// it is at most the head); one taken from the hub's dispatched position
-	// does because the hub counts it as dispatched from now on. Still under
-	// flushMu, so no subscription that needs these topics pins its
-	// high-water before this.
+	// it is at most the head). Still under flushMu, so no subscription that
+	// needs these topics pins its high-water before this. The engine's
+	// memory of recent changes lacks these topics' past: advance makes it
+	// start over from covered, so replays before it read the feed.
 	covered, err := in.bus.AddInterest(ctx, adds)
 	if err == nil {
 		e.hub.advance(covered)
