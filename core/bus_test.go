@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/memfeed"
+	"github.com/tidesync/tide/core/feed/memfeed"
 )
 
 // recordingBus is a feed.Interested bus that records the calls it gets.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/memfeed"
+	"github.com/tidesync/tide/core/feed/memfeed"
 )
 
 // TestShareCoalesces (the snapshot path's exact sharing): callers asking for the same read while it runs get its

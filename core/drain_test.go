@@ -14,7 +14,7 @@ import (
 
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/memfeed"
+	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/middleware"
 )
 

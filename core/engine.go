@@ -10,7 +10,7 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/internal/backoff"
-	"github.com/tidesync/tide/core/memfeed"
+	"github.com/tidesync/tide/core/feed/memfeed"
 )
 
 // Engine is tide's server side: the resource registry, the tailer that reads

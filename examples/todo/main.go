@@ -34,7 +34,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/middleware"
 )
 

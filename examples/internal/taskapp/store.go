@@ -15,7 +15,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 )
 
 // The Store's errors, which Status maps to HTTP statuses.

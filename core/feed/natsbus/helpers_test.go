@@ -15,7 +15,7 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/internal/testenv"
-	"github.com/tidesync/tide/core/memfeed"
+	"github.com/tidesync/tide/core/feed/memfeed"
 )
 
 // testCtx returns a context that ends with the test, bounded as a failure

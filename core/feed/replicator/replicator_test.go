@@ -12,9 +12,9 @@ import (
 
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/natsbus"
-	"github.com/tidesync/tide/core/pgfeed"
-	"github.com/tidesync/tide/core/replicator"
+	"github.com/tidesync/tide/core/feed/natsbus"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/feed/replicator"
 )
 
 // fastElection keeps tests short: standbys retry at least every 200 ms and

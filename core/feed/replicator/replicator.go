@@ -16,7 +16,7 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/internal/backoff"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 )
 
 // Defaults of Config.

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/feedtest"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/feedtest"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 )
 
 // harness gives every subtest of the conformance suite a fresh schema with

@@ -17,7 +17,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/internal/testenv"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 )
 
 // The figures of docs/performance.md. Each benchmark reports its figure as

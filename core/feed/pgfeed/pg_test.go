@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/feedtest"
+	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/internal/testenv"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 )
 
 func testCtx(t testing.TB) context.Context {

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/memfeed"
-	"github.com/tidesync/tide/core/natsbus"
+	"github.com/tidesync/tide/core/feed/memfeed"
+	"github.com/tidesync/tide/core/feed/natsbus"
 )
 
 // The engine's live changes come from the stream; its replays, snapshots

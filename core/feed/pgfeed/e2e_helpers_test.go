@@ -19,7 +19,7 @@ import (
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/middleware"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/internal/testenv"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 )
 
 // sqlType is the column type the tests create for a kind.

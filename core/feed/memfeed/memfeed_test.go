@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/feedtest"
-	"github.com/tidesync/tide/core/memfeed"
+	"github.com/tidesync/tide/core/feed/feedtest"
+	"github.com/tidesync/tide/core/feed/memfeed"
 )
 
 type harness struct{}

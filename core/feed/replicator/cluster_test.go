@@ -25,9 +25,9 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/internal/testenv"
-	"github.com/tidesync/tide/core/natsbus"
-	"github.com/tidesync/tide/core/pgfeed"
-	"github.com/tidesync/tide/core/replicator"
+	"github.com/tidesync/tide/core/feed/natsbus"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/feed/replicator"
 	"github.com/tidesync/tide/middleware"
 )
 

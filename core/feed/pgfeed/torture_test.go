@@ -16,9 +16,9 @@ import (
 
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/feedtest"
+	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/internal/testenv"
-	"github.com/tidesync/tide/core/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 )
 
 // The torture workload. Bounded in count; its duration follows from the hold
