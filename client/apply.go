@@ -4,22 +4,22 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // apply turns one changes, caught-up or reset frame of a held subscription
 // into one Batch, applies it and persists the cursor. It runs on the
 // session's loop goroutine, so batches are applied one at a time in arrival
 // order.
-func (s *session) apply(ctx context.Context, inst *subInst, f core.ServerFrame) {
+func (s *session) apply(ctx context.Context, inst *subInst, f protocol.ServerFrame) {
 	c, st := s.c, inst.st
 	b := Batch{Scope: st.scope, Reset: inst.needReset, Cursor: f.Cursor}
 	switch f.Type {
-	case core.FrameReset:
+	case protocol.FrameReset:
 		b.Reset, b.Cursor = true, ""
-	case core.FrameCaughtUp:
+	case protocol.FrameCaughtUp:
 		b.CaughtUp = true
-	case core.FrameChanges:
+	case protocol.FrameChanges:
 		if f.Cursor == "" {
 			s.protocolError(st, fmt.Errorf("changes frame for subscription %s has no cursor", f.ID))
 			return
@@ -59,12 +59,12 @@ func (s *session) apply(ctx context.Context, inst *subInst, f core.ServerFrame) 
 	current := func() bool { return s.currentLocked(inst) }
 	var mutate func(*Record) bool
 	switch f.Type {
-	case core.FrameReset:
+	case protocol.FrameReset:
 		mutate = func(r *Record) bool {
 			r.Cursor, r.State = "", StateSyncing
 			return true
 		}
-	case core.FrameCaughtUp:
+	case protocol.FrameCaughtUp:
 		mutate = func(r *Record) bool {
 			changed := r.State != StateLive
 			r.State = StateLive
@@ -73,7 +73,7 @@ func (s *session) apply(ctx context.Context, inst *subInst, f core.ServerFrame) 
 			}
 			return changed
 		}
-	case core.FrameChanges:
+	case protocol.FrameChanges:
 		mutate = func(r *Record) bool {
 			changed := false
 			if r.State != StateLive && r.State != StateSyncing {
@@ -91,10 +91,10 @@ func (s *session) apply(ctx context.Context, inst *subInst, f core.ServerFrame) 
 	}
 
 	switch f.Type {
-	case core.FrameReset:
+	case protocol.FrameReset:
 		c.log.Info("tide client: scope reset by the server", "scope", st.scope, "reason", f.Reason)
-		c.emit(Event{Kind: EventReset, Scope: st.scope, SubscriptionID: inst.id, Reason: f.Reason})
-	case core.FrameCaughtUp:
+		c.emit(Event{Kind: EventReset, Scope: st.scope, SubscriptionID: inst.id, Reason: string(f.Reason)})
+	case protocol.FrameCaughtUp:
 		c.mu.Lock()
 		st.retries = 0
 		c.mu.Unlock()
@@ -106,7 +106,7 @@ func (s *session) apply(ctx context.Context, inst *subInst, f core.ServerFrame) 
 // resource gets st's, an entry of another resource is an error (the
 // protocol asks clients to fail loudly), and entries of this client's own
 // origin are removed.
-func (s *session) entries(st *scopeState, in []core.Entry) ([]core.Entry, error) {
+func (s *session) entries(st *scopeState, in []protocol.Entry) ([]protocol.Entry, error) {
 	origin := s.c.cfg.Origin
 	out := in[:0]
 	for i := range in {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Client is a tide client: it holds the app's subscriptions, keeps one
@@ -79,17 +79,17 @@ var (
 // credentials, access revoked) or 4000 (the server does not speak this
 // client's protocol version).
 type CloseError struct {
-	Code   int    // the WebSocket close code
-	Reason string // the close reason the server gave
+	Code   protocol.CloseCode // the WebSocket close code
+	Reason string             // the close reason the server gave
 }
 
 // Error describes the close and what it means for the client.
 func (e *CloseError) Error() string {
 	what := "policy violation: do not retry with the same credentials"
-	if e.Code == core.CloseVersionSkew {
+	if e.Code == protocol.CloseVersionSkew {
 		what = "protocol version skew: update the client"
 	}
-	return fmt.Sprintf("client: server closed the connection with %d (%s): %q", e.Code, what, e.Reason)
+	return fmt.Sprintf("client: server closed the connection with %d (%s): %q", int(e.Code), what, e.Reason)
 }
 
 // New returns a client for cfg. It validates the configuration and starts
@@ -151,7 +151,7 @@ func (c *Client) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		ev := Event{Kind: kind, Err: res.err, CloseCode: res.closeCode, Reason: res.closeText}
-		if res.closeCode == core.ClosePolicy || res.closeCode == core.CloseVersionSkew {
+		if res.closeCode != 0 && !res.closeCode.Reconnect() {
 			c.emit(ev)
 			return &CloseError{Code: res.closeCode, Reason: res.closeText}
 		}
@@ -267,7 +267,7 @@ func (s *Subscription) Unsubscribe() error {
 	}
 	c.mu.Unlock()
 	if inst != nil {
-		_ = inst.sess.write(core.ClientFrame{V: core.ProtocolVersion, Type: core.FrameUnsubscribe, ID: inst.id})
+		_ = inst.sess.write(protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameUnsubscribe, ID: inst.id})
 	}
 	notRedeclared := func() bool { return c.scopes[st.norm.digest] == nil }
 	err := c.persist(context.Background(), st, notRedeclared, func(r *Record) bool {

@@ -1,6 +1,6 @@
 package client
 
-import "github.com/tidesync/tide/core"
+import "github.com/tidesync/tide/core/protocol"
 
 // newer reports whether cursor a is strictly ahead of cursor b, the stored
 // one. It is how the client keeps its applied cursor monotonic: a changes
@@ -24,8 +24,8 @@ func newer(a, b string) bool {
 	if b == "" {
 		return true
 	}
-	ca, errA := core.ParseCursor(a)
-	cb, errB := core.ParseCursor(b)
+	ca, errA := protocol.ParseCursor(a)
+	cb, errB := protocol.ParseCursor(b)
 	if errA != nil || errB != nil || ca.Epoch != cb.Epoch {
 		return true
 	}

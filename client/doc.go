@@ -21,7 +21,7 @@
 //	go c.Run(ctx) // connects, and reconnects until ctx ends
 //
 //	for key, row := range todos.Rows() {
-//		todo, err := core.DecodeRow[Todo](row)
+//		todo, err := protocol.DecodeRow[Todo](row)
 //		...
 //	}
 //

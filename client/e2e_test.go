@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 var (
@@ -75,7 +76,7 @@ func expectRows(ctx context.Context, t *testing.T, m *Mirror, want map[string]to
 			if !ok {
 				return false
 			}
-			got, err := core.DecodeRow[todo](raw)
+			got, err := protocol.DecodeRow[todo](raw)
 			if err != nil || got != w {
 				return false
 			}
@@ -147,7 +148,7 @@ func TestE2ESnapshotCatchUpLiveAndOwnOrigin(t *testing.T) {
 	srv.upsert(t, own, todo{ID: "t8", ProjectID: "p1", Title: "mine"})
 	head := srv.head(t)
 	store.wait(ctx, t, p1, "the cursor past the own-origin write", func(r Record) bool {
-		c, err := core.ParseCursor(r.Cursor)
+		c, err := protocol.ParseCursor(r.Cursor)
 		return err == nil && !c.Snapshot && c.Pos >= head.Pos
 	})
 	srv.upsert(t, ctx, todo{ID: "t10", ProjectID: "p1", Title: "theirs"})
@@ -269,7 +270,7 @@ func streamWithDisruption(t *testing.T, n, conns int, pauses map[int]int, hook f
 
 // hasKeyFrom reports whether b has an entry k<i> with i >= from.
 func hasKeyFrom(b Batch, from int) bool {
-	return slices.ContainsFunc(b.Entries, func(e core.Entry) bool {
+	return slices.ContainsFunc(b.Entries, func(e protocol.Entry) bool {
 		var i int
 		_, err := fmt.Sscanf(e.Key, "k%03d", &i)
 		return err == nil && i >= from

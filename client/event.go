@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // EventKind says what an Event reports.
@@ -61,14 +61,14 @@ const (
 // relevant to the Kind are zero.
 type Event struct {
 	Kind           EventKind
-	Scope          Scope     // the scope concerned, if any
-	SubscriptionID string    // the subscription concerned, if any
-	Code           core.Code // EventServerError
-	Message        string    // EventServerError
-	Reason         string    // EventReset; EventDisconnected: the close reason
-	Build          string    // EventConnected, EventUpdateAvailable
-	Cursor         string    // EventCaughtUp
-	CloseCode      int       // EventDisconnected, EventConnectFailed: the server's close code, if it sent one
+	Scope          Scope              // the scope concerned, if any
+	SubscriptionID string             // the subscription concerned, if any
+	Code           protocol.Code      // EventServerError
+	Message        string             // EventServerError
+	Reason         string             // EventReset; EventDisconnected: the close reason
+	Build          string             // EventConnected, EventUpdateAvailable
+	Cursor         string             // EventCaughtUp
+	CloseCode      protocol.CloseCode // EventDisconnected, EventConnectFailed: the server's close code, if it sent one
 	Err            error
 	Attempt        int           // EventDisconnected, EventConnectFailed: the retry attempt (0 first)
 	Delay          time.Duration // EventDisconnected, EventConnectFailed: the wait before reconnecting
@@ -87,7 +87,7 @@ func (e Event) String() string {
 		s += fmt.Sprintf(" code=%s %q", e.Code, e.Message)
 	}
 	if e.CloseCode != 0 {
-		s += fmt.Sprintf(" close=%d", e.CloseCode)
+		s += fmt.Sprintf(" close=%d", int(e.CloseCode))
 	}
 	if e.Reason != "" {
 		s += fmt.Sprintf(" reason=%q", e.Reason)

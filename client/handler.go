@@ -3,7 +3,7 @@ package client
 import (
 	"context"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Handler applies batches of changes of one scope to the app's copy of it.
@@ -42,7 +42,7 @@ type Batch struct {
 	// client's origin are removed (the frame's cursor still advances), and
 	// Resource is filled in with the scope's resource where the server left
 	// it out. Entries may be empty.
-	Entries []core.Entry
+	Entries []protocol.Entry
 	// CaughtUp is set on the batch that ends a catch-up (the caught-up
 	// frame); it has no entries. The handler's copy is then consistent
 	// with the server's. It may happen more than once per subscription.

@@ -19,6 +19,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -339,13 +340,13 @@ func (s *realServer) delete(t *testing.T, ctx context.Context, rows ...todo) {
 	}
 }
 
-func (s *realServer) head(t *testing.T) core.Cursor {
+func (s *realServer) head(t *testing.T) protocol.Cursor {
 	t.Helper()
 	pos, err := s.engine.Feed().Head(context.Background())
 	if err != nil {
 		t.Fatalf("Head: %v", err)
 	}
-	return core.Cursor{Epoch: s.engine.Feed().Epoch(), Pos: pos}
+	return protocol.Cursor{Epoch: s.engine.Feed().Epoch(), Pos: uint64(pos)}
 }
 
 // decodeRows decodes a Mirror's rows.
@@ -353,7 +354,7 @@ func decodeRows(t *testing.T, rows map[string]json.RawMessage) map[string]todo {
 	t.Helper()
 	out := make(map[string]todo, len(rows))
 	for k, raw := range rows {
-		td, err := core.DecodeRow[todo](raw)
+		td, err := protocol.DecodeRow[todo](raw)
 		if err != nil {
 			t.Fatalf("DecodeRow %s: %v", raw, err)
 		}
@@ -417,9 +418,9 @@ type fakeServer struct {
 }
 
 type clientMsg struct {
-	frame core.ClientFrame
+	frame protocol.ClientFrame
 	raw   []byte
-	err   *core.Error // the frame is invalid per core.DecodeClientFrame
+	err   *protocol.Error // the frame is invalid per protocol.DecodeClientFrame
 }
 
 type fakeConn struct {
@@ -474,7 +475,7 @@ func (fc *fakeConn) readLoop() {
 			fc.endErr = err
 			return
 		}
-		f, ferr := core.DecodeClientFrame(data)
+		f, ferr := protocol.DecodeClientFrame(data)
 		fc.msgs <- clientMsg{frame: f, raw: data, err: ferr}
 	}
 }
@@ -492,7 +493,7 @@ func (fs *fakeServer) accept(ctx context.Context, t *testing.T) *fakeConn {
 }
 
 // next returns the client's next frame, which must be valid.
-func (fc *fakeConn) next(ctx context.Context, t *testing.T) core.ClientFrame {
+func (fc *fakeConn) next(ctx context.Context, t *testing.T) protocol.ClientFrame {
 	t.Helper()
 	select {
 	case m, ok := <-fc.msgs:
@@ -505,12 +506,12 @@ func (fc *fakeConn) next(ctx context.Context, t *testing.T) core.ClientFrame {
 		return m.frame
 	case <-ctx.Done():
 		t.Fatalf("timed out waiting for a client frame")
-		return core.ClientFrame{}
+		return protocol.ClientFrame{}
 	}
 }
 
 // nextOf returns the client's next frame and checks its type.
-func (fc *fakeConn) nextOf(ctx context.Context, t *testing.T, typ string) core.ClientFrame {
+func (fc *fakeConn) nextOf(ctx context.Context, t *testing.T, typ string) protocol.ClientFrame {
 	t.Helper()
 	f := fc.next(ctx, t)
 	if f.Type != typ {
@@ -570,9 +571,9 @@ func (fc *fakeConn) close(t *testing.T, code int, reason string) {
 }
 
 // handshake expects hello, answers welcome and returns the hello.
-func (fc *fakeConn) handshake(ctx context.Context, t *testing.T) core.ClientFrame {
+func (fc *fakeConn) handshake(ctx context.Context, t *testing.T) protocol.ClientFrame {
 	t.Helper()
-	hello := fc.nextOf(ctx, t, core.FrameHello)
+	hello := fc.nextOf(ctx, t, protocol.FrameHello)
 	fc.send(t, map[string]any{"v": 1, "type": "welcome", "build": "srv-1",
 		"limits": map[string]any{"max_frame_bytes": 65536, "max_subscriptions": 256}})
 	return hello
@@ -584,10 +585,10 @@ const testEpoch = "EpochA"
 
 func feedPos(p uint64) feed.Position { return feed.Position(p) }
 
-func cur(pos uint64) string { return core.Cursor{Epoch: testEpoch, Pos: feedPos(pos)}.String() }
+func cur(pos uint64) string { return protocol.Cursor{Epoch: testEpoch, Pos: pos}.String() }
 
 func snapCur(pos uint64, after string) string {
-	return core.Cursor{Epoch: testEpoch, Pos: feedPos(pos), Snapshot: true, After: after}.String()
+	return protocol.Cursor{Epoch: testEpoch, Pos: pos, Snapshot: true, After: after}.String()
 }
 
 func changes(id, cursor string, entries ...map[string]any) map[string]any {
@@ -616,7 +617,7 @@ func resetFrame(id, reason string) map[string]any {
 	return map[string]any{"v": 1, "type": "reset", "id": id, "reason": reason}
 }
 
-func errorFrame(id string, code core.Code) map[string]any {
+func errorFrame(id string, code protocol.Code) map[string]any {
 	f := map[string]any{"v": 1, "type": "error", "code": code, "message": "test says " + string(code)}
 	if id != "" {
 		f["id"] = id

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
-func entry(op, key, row string) core.Entry {
-	e := core.Entry{Op: op, Key: key}
+func entry(op, key, row string) protocol.Entry {
+	e := protocol.Entry{Op: op, Key: key}
 	if row != "" {
 		e.Row = json.RawMessage(row)
 	}
@@ -20,7 +20,7 @@ func entry(op, key, row string) core.Entry {
 func TestMirrorApply(t *testing.T) {
 	var m Mirror // zero value
 	ctx := context.Background()
-	_ = m.Apply(ctx, Batch{Entries: []core.Entry{
+	_ = m.Apply(ctx, Batch{Entries: []protocol.Entry{
 		entry("upsert", "a", `{"id":"a","v":1}`),
 		entry("upsert", "b", `{"id":"b"}`),
 		entry("upsert", "a", `{"id":"a","v":2}`),
@@ -34,11 +34,11 @@ func TestMirrorApply(t *testing.T) {
 	if m.Len() != 2 {
 		t.Fatal("Rows did not return a copy")
 	}
-	_ = m.Apply(ctx, Batch{Entries: []core.Entry{entry("delete", "b", "")}})
+	_ = m.Apply(ctx, Batch{Entries: []protocol.Entry{entry("delete", "b", "")}})
 	if _, ok := m.Rows()["b"]; ok || m.Len() != 1 {
 		t.Fatalf("delete not applied: %v", m.Rows())
 	}
-	_ = m.Apply(ctx, Batch{Reset: true, Entries: []core.Entry{entry("upsert", "c", `{"id":"c"}`)}})
+	_ = m.Apply(ctx, Batch{Reset: true, Entries: []protocol.Entry{entry("upsert", "c", `{"id":"c"}`)}})
 	if got := m.Rows(); len(got) != 1 || got["c"] == nil {
 		t.Fatalf("reset did not clear before applying: %v", got)
 	}
@@ -54,8 +54,8 @@ func TestMirrorWait(t *testing.T) {
 		done <- m.Wait(ctx, func(rows map[string]json.RawMessage) bool { return len(rows) == 2 })
 	}()
 	<-waiting
-	_ = m.Apply(ctx, Batch{Entries: []core.Entry{entry("upsert", "a", `{}`)}})
-	_ = m.Apply(ctx, Batch{Entries: []core.Entry{entry("upsert", "b", `{}`)}})
+	_ = m.Apply(ctx, Batch{Entries: []protocol.Entry{entry("upsert", "a", `{}`)}})
+	_ = m.Apply(ctx, Batch{Entries: []protocol.Entry{entry("upsert", "b", `{}`)}})
 	if err := <-done; err != nil {
 		t.Fatalf("Wait: %v", err)
 	}

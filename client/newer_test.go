@@ -3,13 +3,13 @@ package client
 import (
 	"testing"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 func TestNewer(t *testing.T) {
 	c := cur
 	s := snapCur
-	other := core.Cursor{Epoch: "EpochB", Pos: 1}.String()
+	other := protocol.Cursor{Epoch: "EpochB", Pos: 1}.String()
 	tests := []struct {
 		name string
 		a, b string
@@ -35,7 +35,7 @@ func TestNewer(t *testing.T) {
 		{"a change cursor before a snapshot's position is not newer", c(4), s(5, "z"), false},
 		{"a snapshot at a later position is newer than another snapshot", s(6, "a"), s(5, "z"), true},
 		{"another epoch: the server's word wins", other, c(5), true},
-		{"another epoch, even at a lower position", core.Cursor{Epoch: "EpochB", Pos: 0}.String(), c(5), true},
+		{"another epoch, even at a lower position", protocol.Cursor{Epoch: "EpochB", Pos: 0}.String(), c(5), true},
 		{"an unparsable stored cursor is replaced", c(1), "garbage", true},
 		{"an unknown cursor format from the server is taken", "2.EpochA.x", c(5), true},
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 var scopeA = Scope{Resource: "todos", Conditions: map[string]any{"project_id": "p1"}}
@@ -109,8 +109,8 @@ func TestHelloAndSubscribeFrames(t *testing.T) {
 	if hello.V != 1 || hello.Build != "web-1" || hello.Origin != "dev-a" || hello.Token != "tok-1" {
 		t.Errorf("hello = %+v", hello)
 	}
-	s1 := fc.nextOf(ctx, t, core.FrameSubscribe)
-	s2 := fc.nextOf(ctx, t, core.FrameSubscribe)
+	s1 := fc.nextOf(ctx, t, protocol.FrameSubscribe)
+	s2 := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if s1.Resource != "todos" || string(s1.Conditions["project_id"]) != `{"in":["p7","p8"]}` || s1.Cursor != "" || s1.Limit != 0 {
 		t.Errorf("first subscribe = %+v (conditions %s)", s1, s1.Conditions["project_id"])
 	}
@@ -121,7 +121,7 @@ func TestHelloAndSubscribeFrames(t *testing.T) {
 
 	// Subscribing while connected subscribes at once, with a fresh id.
 	r.subscribe(t, scopeA, NewMirror())
-	s3 := fc.nextOf(ctx, t, core.FrameSubscribe)
+	s3 := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if string(s3.Conditions["project_id"]) != `"p1"` {
 		t.Errorf("third subscribe = %+v", s3)
 	}
@@ -136,7 +136,7 @@ func TestHelloAndSubscribeFrames(t *testing.T) {
 	}
 	ids := []string{s1.ID, s2.ID, s3.ID}
 	for range 3 {
-		ids = append(ids, fc2.nextOf(ctx, t, core.FrameSubscribe).ID)
+		ids = append(ids, fc2.nextOf(ctx, t, protocol.FrameSubscribe).ID)
 	}
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
@@ -153,7 +153,7 @@ func TestOneBatchPerFrameAndMonotonicCursor(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	id := fc.nextOf(ctx, t, core.FrameSubscribe).ID
+	id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 
 	fc.send(t, changes(id, cur(5), up("a"), up("b"), del("z"))) // one frame, three entries
 	fc.send(t, changes(id, cur(5), up("dup")))                  // duplicate: dropped
@@ -205,7 +205,7 @@ func TestSnapshotCursorsOrdering(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	id := fc.nextOf(ctx, t, core.FrameSubscribe).ID
+	id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 
 	fc.send(t, changes(id, snapCur(5, "a"), up("a")))
 	fc.send(t, changes(id, snapCur(5, "b"), up("b")))
@@ -228,7 +228,7 @@ func TestSnapshotCursorsOrdering(t *testing.T) {
 	r.c.Reconnect()
 	fc2 := r.fs.accept(ctx, t)
 	fc2.handshake(ctx, t)
-	if s := fc2.nextOf(ctx, t, core.FrameSubscribe); s.Cursor != cur(5) {
+	if s := fc2.nextOf(ctx, t, protocol.FrameSubscribe); s.Cursor != cur(5) {
 		t.Errorf("resubscribe cursor = %q, want %q", s.Cursor, cur(5))
 	}
 }
@@ -241,7 +241,7 @@ func TestOwnOriginDroppedCursorAdvances(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	id := fc.nextOf(ctx, t, core.FrameSubscribe).ID
+	id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 
 	fc.send(t, changes(id, cur(1),
 		with(up("a"), "origin", "me"),
@@ -280,7 +280,7 @@ func TestUnknownResourceFailsLoudly(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	id := fc.nextOf(ctx, t, core.FrameSubscribe).ID
+	id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 
 	fc.send(t, changes(id, cur(1), up("a")))
 	fc.send(t, changes(id, cur(2), with(up("b"), "resource", "todos"))) // naming the scope's resource is fine
@@ -294,7 +294,7 @@ func TestUnknownResourceFailsLoudly(t *testing.T) {
 
 	fc2 := r.fs.accept(ctx, t)
 	fc2.handshake(ctx, t)
-	if s := fc2.nextOf(ctx, t, core.FrameSubscribe); s.Cursor != cur(2) {
+	if s := fc2.nextOf(ctx, t, protocol.FrameSubscribe); s.Cursor != cur(2) {
 		t.Errorf("resubscribed with cursor %q, want the last applied %q", s.Cursor, cur(2))
 	}
 	got := rec.all()
@@ -320,7 +320,7 @@ func TestBadServerFramesDropTheConnection(t *testing.T) {
 			start(t, r.c)
 			fc := r.fs.accept(ctx, t)
 			fc.handshake(ctx, t)
-			if id := fc.nextOf(ctx, t, core.FrameSubscribe).ID; id != "1" {
+			if id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID; id != "1" {
 				t.Fatalf("first subscription id %q; the frames above assume 1", id)
 			}
 			fc.sendRaw(t, websocket.TextMessage, frame)
@@ -354,8 +354,8 @@ func TestStaleSubscriptionsAreIgnored(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	idA := fc.nextOf(ctx, t, core.FrameSubscribe).ID
-	idB := fc.nextOf(ctx, t, core.FrameSubscribe).ID
+	idA := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
+	idB := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 
 	fc.send(t, changes("999", cur(1), up("never"))) // an id the client never issued
 	fc.send(t, changes(idA, cur(1), up("a1")))
@@ -364,14 +364,14 @@ func TestStaleSubscriptionsAreIgnored(t *testing.T) {
 	if err := subA.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	if f := fc.nextOf(ctx, t, core.FrameUnsubscribe); f.ID != idA {
+	if f := fc.nextOf(ctx, t, protocol.FrameUnsubscribe); f.ID != idA {
 		t.Errorf("unsubscribe id %q, want %q", f.ID, idA)
 	}
 	// Frames already in flight for A, and the server's answer to a late
 	// unsubscribe, are ignored.
 	fc.send(t, changes(idA, cur(2), up("a2")))
 	fc.send(t, caughtUp(idA, cur(2)))
-	fc.send(t, errorFrame(idA, core.CodeUnknownSub))
+	fc.send(t, errorFrame(idA, protocol.CodeUnknownSub))
 	fc.send(t, changes(idB, cur(3), up("b1")))
 	recB.wait(ctx, t, "b1", func(bs []Batch) bool { return hasKey(bs, "b1") })
 
@@ -388,7 +388,7 @@ func TestStaleSubscriptionsAreIgnored(t *testing.T) {
 	// Subscribing again resumes from the kept cursor with a new id.
 	recA2 := newRecorder()
 	r.subscribe(t, scopeA, recA2)
-	s := fc.nextOf(ctx, t, core.FrameSubscribe)
+	s := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if s.ID == idA || s.ID == idB || s.Cursor != cur(1) {
 		t.Errorf("resubscribe = %+v, want a fresh id and cursor %s", s, cur(1))
 	}
@@ -402,15 +402,15 @@ func TestStaleSubscriptionsAreIgnored(t *testing.T) {
 func TestResetFrame(t *testing.T) {
 	ctx := testCtx(t)
 	r := newFakeRig(t, Config{})
-	old := core.Cursor{Epoch: "OldEpoch", Pos: 9}.String()
+	old := protocol.Cursor{Epoch: "OldEpoch", Pos: 9}.String()
 	r.seed(t, scopeA, old)
 	rec := newRecorder()
-	_ = rec.mirror.Apply(ctx, Batch{Entries: []core.Entry{entry("upsert", "stale", `{}`)}}) // the app's old copy
+	_ = rec.mirror.Apply(ctx, Batch{Entries: []protocol.Entry{entry("upsert", "stale", `{}`)}}) // the app's old copy
 	r.subscribe(t, scopeA, rec)
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	s := fc.nextOf(ctx, t, core.FrameSubscribe)
+	s := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if s.Cursor != old {
 		t.Fatalf("subscribe cursor %q, want the stored %q", s.Cursor, old)
 	}
@@ -431,7 +431,7 @@ func TestResetFrame(t *testing.T) {
 	}
 
 	newEpoch := func(p uint64, after string) string {
-		return core.Cursor{Epoch: "NewEpoch", Pos: feedPos(p), Snapshot: after != "", After: after}.String()
+		return protocol.Cursor{Epoch: "NewEpoch", Pos: p, Snapshot: after != "", After: after}.String()
 	}
 	fc.send(t, changes(s.ID, newEpoch(3, "a"), up("a")))
 	fc.send(t, caughtUp(s.ID, newEpoch(3, "")))
@@ -454,12 +454,12 @@ func TestInvalidCursorResubscribesWithoutOne(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	s1 := fc.nextOf(ctx, t, core.FrameSubscribe)
+	s1 := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if s1.Cursor != cur(5) {
 		t.Fatalf("cursor %q", s1.Cursor)
 	}
-	fc.send(t, errorFrame(s1.ID, core.CodeInvalidCursor))
-	s2 := fc.nextOf(ctx, t, core.FrameSubscribe)
+	fc.send(t, errorFrame(s1.ID, protocol.CodeInvalidCursor))
+	s2 := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if s2.Cursor != "" || s2.ID == s1.ID || s2.Resource != "todos" {
 		t.Errorf("resubscribe = %+v, want no cursor and a new id", s2)
 	}
@@ -473,7 +473,7 @@ func TestInvalidCursorResubscribesWithoutOne(t *testing.T) {
 		t.Errorf("batches:\n%s want the first with Reset, nothing from the old id", describeBatches(got))
 	}
 	es := r.events.waitKind(ctx, t, EventServerError, 1)
-	if e := es[0]; e.Code != core.CodeInvalidCursor || e.SubscriptionID != s1.ID || e.Scope.String() != scopeA.String() {
+	if e := es[0]; e.Code != protocol.CodeInvalidCursor || e.SubscriptionID != s1.ID || e.Scope.String() != scopeA.String() {
 		t.Errorf("event %v", e)
 	}
 }
@@ -485,16 +485,16 @@ func TestForbiddenIsNotRetriedOnTheConnection(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	sA := fc.nextOf(ctx, t, core.FrameSubscribe)
-	fc.send(t, errorFrame(sA.ID, core.CodeForbidden))
+	sA := fc.nextOf(ctx, t, protocol.FrameSubscribe)
+	fc.send(t, errorFrame(sA.ID, protocol.CodeForbidden))
 	es := r.events.waitKind(ctx, t, EventServerError, 1)
-	if es[0].Code != core.CodeForbidden || es[0].Scope.String() != scopeA.String() {
+	if es[0].Code != protocol.CodeForbidden || es[0].Scope.String() != scopeA.String() {
 		t.Errorf("event %v", es[0])
 	}
 	// Any immediate retry would have been sent before the event; the next
 	// frame must be B's subscribe.
 	r.subscribe(t, scopeB, NewMirror())
-	if s := fc.nextOf(ctx, t, core.FrameSubscribe); string(s.Conditions["project_id"]) != `"p2"` {
+	if s := fc.nextOf(ctx, t, protocol.FrameSubscribe); string(s.Conditions["project_id"]) != `"p2"` {
 		t.Errorf("next frame %+v, want B's subscribe (A must not be retried on this connection)", s)
 	}
 	if st := r.record(t, scopeA); st.State != StateFailed {
@@ -506,7 +506,7 @@ func TestForbiddenIsNotRetriedOnTheConnection(t *testing.T) {
 	fc2.handshake(ctx, t)
 	var got []string
 	for range 2 {
-		got = append(got, string(fc2.nextOf(ctx, t, core.FrameSubscribe).Conditions["project_id"]))
+		got = append(got, string(fc2.nextOf(ctx, t, protocol.FrameSubscribe).Conditions["project_id"]))
 	}
 	if !slices.Equal(got, []string{`"p1"`, `"p2"`}) {
 		t.Errorf("subscribes on the new connection: %v", got)
@@ -514,7 +514,7 @@ func TestForbiddenIsNotRetriedOnTheConnection(t *testing.T) {
 }
 
 func TestUnavailableIsRetriedOnTheConnection(t *testing.T) {
-	for _, code := range []core.Code{core.CodeUnavailable, core.CodeInternal} {
+	for _, code := range []protocol.Code{protocol.CodeUnavailable, protocol.CodeInternal} {
 		t.Run(string(code), func(t *testing.T) {
 			ctx := testCtx(t)
 			r := newFakeRig(t, Config{})
@@ -523,14 +523,14 @@ func TestUnavailableIsRetriedOnTheConnection(t *testing.T) {
 			start(t, r.c)
 			fc := r.fs.accept(ctx, t)
 			fc.handshake(ctx, t)
-			s1 := fc.nextOf(ctx, t, core.FrameSubscribe)
+			s1 := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 			fc.send(t, errorFrame(s1.ID, code))
-			s2 := fc.nextOf(ctx, t, core.FrameSubscribe)
+			s2 := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 			if s2.ID == s1.ID || s2.Cursor != cur(4) {
 				t.Errorf("retry = %+v, want a new id and the stored cursor", s2)
 			}
 			fc.send(t, errorFrame(s2.ID, code))
-			if s3 := fc.nextOf(ctx, t, core.FrameSubscribe); s3.ID == s2.ID || s3.Cursor != cur(4) {
+			if s3 := fc.nextOf(ctx, t, protocol.FrameSubscribe); s3.ID == s2.ID || s3.Cursor != cur(4) {
 				t.Errorf("second retry = %+v", s3)
 			}
 		})
@@ -538,7 +538,7 @@ func TestUnavailableIsRetriedOnTheConnection(t *testing.T) {
 }
 
 func TestCloseCodes(t *testing.T) {
-	for _, code := range []int{core.ClosePolicy, core.CloseVersionSkew} {
+	for _, code := range []int{int(protocol.ClosePolicy), int(protocol.CloseVersionSkew)} {
 		t.Run(fmt.Sprintf("%d ends Run", code), func(t *testing.T) {
 			ctx := testCtx(t)
 			r := newFakeRig(t, Config{})
@@ -548,7 +548,7 @@ func TestCloseCodes(t *testing.T) {
 			fc.close(t, code, "bye")
 			err := h.result(ctx, t)
 			var ce *CloseError
-			if !errors.As(err, &ce) || ce.Code != code || ce.Reason != "bye" {
+			if !errors.As(err, &ce) || int(ce.Code) != code || ce.Reason != "bye" {
 				t.Fatalf("Run = %v, want a CloseError %d", err, code)
 			}
 		})
@@ -558,16 +558,16 @@ func TestCloseCodes(t *testing.T) {
 		r := newFakeRig(t, Config{Token: func(context.Context) (string, error) { return "forged", nil }})
 		h := start(t, r.c)
 		fc := r.fs.accept(ctx, t)
-		fc.nextOf(ctx, t, core.FrameHello)
-		fc.send(t, errorFrame("", core.CodeUnauthenticated))
-		fc.close(t, core.ClosePolicy, "unauthenticated")
+		fc.nextOf(ctx, t, protocol.FrameHello)
+		fc.send(t, errorFrame("", protocol.CodeUnauthenticated))
+		fc.close(t, int(protocol.ClosePolicy), "unauthenticated")
 		var ce *CloseError
-		if err := h.result(ctx, t); !errors.As(err, &ce) || ce.Code != core.ClosePolicy {
+		if err := h.result(ctx, t); !errors.As(err, &ce) || ce.Code != protocol.ClosePolicy {
 			t.Fatalf("Run = %v", err)
 		}
 		var sawError bool
 		for _, e := range r.events.all() {
-			sawError = sawError || e.Kind == EventServerError && e.Code == core.CodeUnauthenticated
+			sawError = sawError || e.Kind == EventServerError && e.Code == protocol.CodeUnauthenticated
 		}
 		if !sawError {
 			t.Errorf("the error frame before the close was not reported: %v", r.events.all())
@@ -576,7 +576,7 @@ func TestCloseCodes(t *testing.T) {
 			t.Errorf("events %v", r.events.all())
 		}
 	})
-	for _, code := range []int{core.CloseGoingAway, core.CloseOverloaded, core.CloseIdle, core.CloseDrain, core.CloseNormal} {
+	for _, code := range []int{int(protocol.CloseGoingAway), int(protocol.CloseOverloaded), int(protocol.CloseIdle), int(protocol.CloseDrain), int(protocol.CloseNormal)} {
 		t.Run(fmt.Sprintf("%d reconnects", code), func(t *testing.T) {
 			ctx := testCtx(t)
 			r := newFakeRig(t, Config{})
@@ -584,13 +584,13 @@ func TestCloseCodes(t *testing.T) {
 			start(t, r.c)
 			fc := r.fs.accept(ctx, t)
 			fc.handshake(ctx, t)
-			fc.nextOf(ctx, t, core.FrameSubscribe)
+			fc.nextOf(ctx, t, protocol.FrameSubscribe)
 			fc.close(t, code, "later")
 			fc2 := r.fs.accept(ctx, t)
 			fc2.handshake(ctx, t)
-			fc2.nextOf(ctx, t, core.FrameSubscribe)
+			fc2.nextOf(ctx, t, protocol.FrameSubscribe)
 			es := r.events.waitKind(ctx, t, EventDisconnected, 1)
-			if es[len(es)-1].CloseCode != code {
+			if int(es[len(es)-1].CloseCode) != code {
 				t.Errorf("disconnected event %v, want close code %d", es[len(es)-1], code)
 			}
 		})
@@ -615,7 +615,7 @@ func TestUpdateAvailableAndRefreshToken(t *testing.T) {
 	}
 	fc.send(t, map[string]any{"v": 1, "type": "some-future-frame", "x": 1}) // ignored
 	fc.send(t, map[string]any{"v": 1, "type": "refresh-token", "expires_in": 30})
-	if f := fc.nextOf(ctx, t, core.FrameRefresh); f.Token != "tok-2" {
+	if f := fc.nextOf(ctx, t, protocol.FrameRefresh); f.Token != "tok-2" {
 		t.Errorf("refresh token %q, want a fresh one", f.Token)
 	}
 	r.events.waitKind(ctx, t, EventTokenRefreshed, 1)
@@ -639,7 +639,7 @@ func TestSlowHandlerDoesNotBlockTheReader(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	id := fc.nextOf(ctx, t, core.FrameSubscribe).ID
+	id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 
 	fc.send(t, changes(id, cur(1), up("k1")))
 	<-entered
@@ -684,7 +684,7 @@ func TestApplyErrorResubscribesFromTheStoredCursor(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	id := fc.nextOf(ctx, t, core.FrameSubscribe).ID
+	id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 	fc.send(t, changes(id, cur(1), up("a")))
 	fc.send(t, changes(id, cur(2), up("b")))
 	fc.send(t, changes(id, cur(3), up("c")))
@@ -696,7 +696,7 @@ func TestApplyErrorResubscribesFromTheStoredCursor(t *testing.T) {
 
 	fc2 := r.fs.accept(ctx, t)
 	fc2.handshake(ctx, t)
-	s := fc2.nextOf(ctx, t, core.FrameSubscribe)
+	s := fc2.nextOf(ctx, t, protocol.FrameSubscribe)
 	if s.Cursor != cur(1) {
 		t.Fatalf("resubscribed from %q, want %q (the failed batch was not persisted)", s.Cursor, cur(1))
 	}
@@ -730,8 +730,8 @@ func TestUnsubscribeDuringApplyIsNotPersisted(t *testing.T) {
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
-	idA := fc.nextOf(ctx, t, core.FrameSubscribe).ID
-	idB := fc.nextOf(ctx, t, core.FrameSubscribe).ID
+	idA := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
+	idB := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 	fc.send(t, changes(idA, cur(1), up("a")))
 	fc.send(t, changes(idA, cur(2), up("b")))
 	select {
@@ -743,7 +743,7 @@ func TestUnsubscribeDuringApplyIsNotPersisted(t *testing.T) {
 	if err := subA.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	fc.nextOf(ctx, t, core.FrameUnsubscribe)
+	fc.nextOf(ctx, t, protocol.FrameUnsubscribe)
 	close(release)
 	// B's caught-up is handled after A's apply finished and was (not)
 	// persisted: frames are handled in order.

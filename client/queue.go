@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // frameQueue carries decoded frames from a connection's reader to the
@@ -12,7 +12,7 @@ import (
 // for a slow handler (it must keep answering pings); order is kept.
 type frameQueue struct {
 	mu      sync.Mutex
-	items   []core.ServerFrame
+	items   []protocol.ServerFrame
 	head    int
 	closed  bool          // the reader ended: queued frames are still delivered
 	aborted bool          // the session was dropped: queued frames are discarded
@@ -28,7 +28,7 @@ func (q *frameQueue) signal() {
 	}
 }
 
-func (q *frameQueue) push(f core.ServerFrame) {
+func (q *frameQueue) push(f protocol.ServerFrame) {
 	q.mu.Lock()
 	if !q.closed && !q.aborted {
 		q.items = append(q.items, f)
@@ -57,19 +57,19 @@ func (q *frameQueue) abort() {
 
 // pop returns the next frame, waiting for one; false once the queue is
 // aborted, closed and empty, or ctx has ended.
-func (q *frameQueue) pop(ctx context.Context) (core.ServerFrame, bool) {
+func (q *frameQueue) pop(ctx context.Context) (protocol.ServerFrame, bool) {
 	for {
 		if ctx.Err() != nil {
-			return core.ServerFrame{}, false
+			return protocol.ServerFrame{}, false
 		}
 		q.mu.Lock()
 		switch {
 		case q.aborted:
 			q.mu.Unlock()
-			return core.ServerFrame{}, false
+			return protocol.ServerFrame{}, false
 		case q.head < len(q.items):
 			f := q.items[q.head]
-			q.items[q.head] = core.ServerFrame{}
+			q.items[q.head] = protocol.ServerFrame{}
 			q.head++
 			if q.head == len(q.items) {
 				q.items, q.head = q.items[:0], 0
@@ -78,7 +78,7 @@ func (q *frameQueue) pop(ctx context.Context) (core.ServerFrame, bool) {
 			return f, true
 		case q.closed:
 			q.mu.Unlock()
-			return core.ServerFrame{}, false
+			return protocol.ServerFrame{}, false
 		}
 		q.mu.Unlock()
 		select {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Connection timing. The server pings every 40 s by default; the client
@@ -72,13 +72,13 @@ type sessionResult struct {
 	welcomed  bool
 	fault     bool
 	err       error
-	closeCode int
+	closeCode protocol.CloseCode
 	closeText string
 }
 
 // runSession dials, says hello and serves one connection until it ends.
 func (c *Client) runSession(ctx context.Context) sessionResult {
-	hello := core.ClientFrame{V: core.ProtocolVersion, Type: core.FrameHello, Build: c.cfg.Build, Origin: c.cfg.Origin}
+	hello := protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameHello, Build: c.cfg.Build, Origin: c.cfg.Origin}
 	if c.cfg.Token != nil {
 		tok, err := c.cfg.Token(ctx)
 		if err != nil {
@@ -112,7 +112,7 @@ func (c *Client) runSession(ctx context.Context) sessionResult {
 		s.loop(ctx)
 	}
 	if ctx.Err() != nil {
-		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(core.CloseNormal, "client stopped"), time.Now().Add(time.Second))
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(protocol.CloseNormal), "client stopped"), time.Now().Add(time.Second))
 	}
 	s.finish()
 
@@ -123,7 +123,7 @@ func (c *Client) runSession(ctx context.Context) sessionResult {
 	s.endMu.Unlock()
 	var ce *websocket.CloseError
 	if errors.As(readErr, &ce) {
-		res.closeCode, res.closeText = ce.Code, ce.Text
+		res.closeCode, res.closeText = protocol.CloseCode(ce.Code), ce.Text
 	}
 	if res.err == nil {
 		res.err = readErr
@@ -140,8 +140,8 @@ func dialError(url string, resp *http.Response, err error) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	var f struct {
-		Code    core.Code `json:"code"`
-		Message string    `json:"message"`
+		Code    protocol.Code `json:"code"`
+		Message string        `json:"message"`
 	}
 	if json.Unmarshal(body, &f) == nil && f.Code != "" {
 		return fmt.Errorf("client: dial %s: HTTP %s: %s: %s", url, resp.Status, f.Code, f.Message)
@@ -179,7 +179,7 @@ func (s *session) readLoop() {
 			s.protocolError(nil, errors.New("the server sent a binary message; frames are JSON text"))
 			return
 		}
-		f, err := core.DecodeServerFrame(data)
+		f, err := protocol.DecodeServerFrame(data)
 		if err != nil {
 			s.protocolError(nil, err)
 			return
@@ -248,13 +248,13 @@ func (s *session) finish() {
 }
 
 // write sends one client frame.
-func (s *session) write(f core.ClientFrame) error {
+func (s *session) write(f protocol.ClientFrame) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	return s.writeLocked(f)
 }
 
-func (s *session) writeLocked(f core.ClientFrame) error {
+func (s *session) writeLocked(f protocol.ClientFrame) error {
 	data, err := json.Marshal(f)
 	if err != nil {
 		return err
@@ -281,10 +281,10 @@ func (s *session) loop(ctx context.Context) {
 	}
 }
 
-func (s *session) handle(ctx context.Context, f core.ServerFrame) {
+func (s *session) handle(ctx context.Context, f protocol.ServerFrame) {
 	c := s.c
 	switch f.Type {
-	case core.FrameWelcome:
+	case protocol.FrameWelcome:
 		if s.welcomed {
 			return
 		}
@@ -297,18 +297,18 @@ func (s *session) handle(ctx context.Context, f core.ServerFrame) {
 		s.subscribeAll(ctx)
 		c.log.Info("tide client: connected", "build", f.Build)
 		c.emit(Event{Kind: EventConnected, Build: f.Build})
-	case core.FrameChanges, core.FrameCaughtUp, core.FrameReset:
+	case protocol.FrameChanges, protocol.FrameCaughtUp, protocol.FrameReset:
 		if inst := s.lookup(f.ID); inst != nil {
 			s.apply(ctx, inst, f)
 		} else {
 			c.log.Debug("tide client: ignoring a frame for a subscription not held", "type", f.Type, "id", f.ID)
 		}
-	case core.FrameError:
+	case protocol.FrameError:
 		s.serverError(ctx, f)
-	case core.FrameUpdateAvailable:
+	case protocol.FrameUpdateAvailable:
 		c.log.Info("tide client: update available", "build", f.Build)
 		c.emit(Event{Kind: EventUpdateAvailable, Build: f.Build})
-	case core.FrameRefreshToken:
+	case protocol.FrameRefreshToken:
 		s.refreshToken(f)
 	default:
 		// Unknown informational frames are ignored (protocol: unknown
@@ -364,8 +364,8 @@ func (s *session) subscribe(ctx context.Context, st *scopeState) {
 	st.inst = inst
 	c.mu.Unlock()
 	c.log.Debug("tide client: subscribe", "scope", st.scope, "id", inst.id, "cursor", cursor)
-	_ = s.writeLocked(core.ClientFrame{
-		V: core.ProtocolVersion, Type: core.FrameSubscribe, ID: inst.id,
+	_ = s.writeLocked(protocol.ClientFrame{
+		V: protocol.Version, Type: protocol.FrameSubscribe, ID: inst.id,
 		Resource: st.norm.resource, Conditions: st.norm.condMap, Cursor: cursor,
 	})
 }
@@ -379,7 +379,7 @@ func (s *session) releaseLocked(inst *subInst) {
 }
 
 // serverError handles an error frame.
-func (s *session) serverError(ctx context.Context, f core.ServerFrame) {
+func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 	c := s.c
 	ev := Event{Kind: EventServerError, SubscriptionID: f.ID, Code: f.Code, Message: f.Message}
 	if f.ID == "" {
@@ -405,7 +405,7 @@ func (s *session) serverError(ctx context.Context, f core.ServerFrame) {
 	declared := func() bool { return !st.removed && c.scopes[st.norm.digest] == st }
 	c.log.Warn("tide client: subscription refused or ended by the server", "scope", st.scope, "code", f.Code, "message", f.Message)
 	switch f.Code {
-	case core.CodeInvalidCursor:
+	case protocol.CodeInvalidCursor:
 		err := c.persist(context.WithoutCancel(ctx), st, declared, func(r *Record) bool {
 			r.Cursor, r.State = "", StateSyncing
 			return true
@@ -415,7 +415,7 @@ func (s *session) serverError(ctx context.Context, f core.ServerFrame) {
 			return
 		}
 		s.subscribe(ctx, st)
-	case core.CodeUnavailable, core.CodeInternal, core.CodeRateLimited, core.CodeDraining, core.CodeDuplicateSub:
+	case protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeRateLimited, protocol.CodeDraining, protocol.CodeDuplicateSub:
 		s.retryLater(st)
 	default:
 		err := c.persist(context.WithoutCancel(ctx), st, declared, func(r *Record) bool {
@@ -451,7 +451,7 @@ func (s *session) retryLater(st *scopeState) {
 }
 
 // refreshToken answers refresh-token with a fresh token from Config.Token.
-func (s *session) refreshToken(f core.ServerFrame) {
+func (s *session) refreshToken(f protocol.ServerFrame) {
 	c := s.c
 	if c.cfg.Token == nil {
 		c.log.Warn("tide client: the server asks for a fresh token but Config.Token is not set", "expires_in", f.ExpiresIn)
@@ -466,7 +466,7 @@ func (s *session) refreshToken(f core.ServerFrame) {
 			c.emit(Event{Kind: EventTokenError, Err: err})
 			return
 		}
-		if err := s.write(core.ClientFrame{V: core.ProtocolVersion, Type: core.FrameRefresh, Token: tok}); err != nil {
+		if err := s.write(protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameRefresh, Token: tok}); err != nil {
 			return
 		}
 		c.emit(Event{Kind: EventTokenRefreshed})

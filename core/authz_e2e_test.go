@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -163,15 +164,15 @@ func (c *wsClient) subscribe(id, project string) {
 func (c *wsClient) probe() {
 	c.t.Helper()
 	c.send(`{"v":1,"type":"unsubscribe","id":"probe"}`)
-	if f := c.expect(core.FrameError); f.Code != core.CodeUnknownSub || f.ID != "probe" {
+	if f := c.expect(protocol.FrameError); f.Code != protocol.CodeUnknownSub || f.ID != "probe" {
 		c.t.Fatalf("probe answered by %+v", f)
 	}
 }
 
 // expectClose reads an error frame with code, then a close with closeCode.
-func (c *wsClient) expectClose(code core.Code, closeCode int) core.ServerFrame {
+func (c *wsClient) expectClose(code protocol.Code, closeCode protocol.CloseCode) protocol.ServerFrame {
 	c.t.Helper()
-	f := c.expect(core.FrameError)
+	f := c.expect(protocol.FrameError)
 	if f.Code != code || f.ID != "" {
 		c.t.Fatalf("error %+v, want connection-level %s", f, code)
 	}
@@ -180,7 +181,7 @@ func (c *wsClient) expectClose(code core.Code, closeCode int) core.ServerFrame {
 	if err == nil {
 		c.t.Fatalf("after the error: %s", data)
 	}
-	if !websocket.IsCloseError(err, closeCode) {
+	if !websocket.IsCloseError(err, int(closeCode)) {
 		c.t.Fatalf("want close %d, got %v", closeCode, err)
 	}
 	return f
@@ -224,7 +225,7 @@ func TestHelloTokens(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := a.dial(t, "cookie-user", "p7")
 			c.helloToken(tt.token)
-			f := c.expectClose(core.CodeUnauthenticated, core.ClosePolicy)
+			f := c.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 			if !strings.Contains(f.Message, string(tt.reason)) {
 				t.Fatalf("message %q does not name %s", f.Message, tt.reason)
 			}
@@ -233,20 +234,20 @@ func TestHelloTokens(t *testing.T) {
 	t.Run("beyond the protocol's token limit", func(t *testing.T) {
 		c := a.dial(t, "")
 		c.helloToken(strings.Repeat("A", 9000))
-		c.expectClose(core.CodeBadFrame, core.ClosePolicy)
+		c.expectClose(protocol.CodeBadFrame, protocol.ClosePolicy)
 	})
 
 	_ = a.todos.Upsert(context.Background(), todo{"t1", "p7", "a", false}, todo{"t2", "p8", "b", false})
 	t.Run("valid", func(t *testing.T) {
 		c := a.dial(t, "") // no cookie: the token alone identifies the caller
 		c.helloToken(valid)
-		c.expect(core.FrameWelcome)
+		c.expect(protocol.FrameWelcome)
 		c.subscribe("s7", "p7")
 		if got, _ := c.collect("s7"); keys(got) != "u:t1" {
 			t.Fatalf("got %s", keys(got))
 		}
 		c.subscribe("s9", "p9")
-		if f := c.expect(core.FrameError); f.ID != "s9" || f.Code != core.CodeForbidden {
+		if f := c.expect(protocol.FrameError); f.ID != "s9" || f.Code != protocol.CodeForbidden {
 			t.Fatalf("outside the claims: %+v", f)
 		}
 	})
@@ -255,14 +256,14 @@ func TestHelloTokens(t *testing.T) {
 		p.Grants = []authz.Grant{{Resource: "todos", Conditions: map[string][]string{"project_id": {"p7"}}}}
 		c := a.dial(t, "")
 		c.helloToken(a.mint(t, p, time.Minute))
-		c.expect(core.FrameWelcome)
+		c.expect(protocol.FrameWelcome)
 		c.subscribe("s8", "p8") // the claims allow it, the token does not
-		f := c.expect(core.FrameError)
-		if f.ID != "s8" || f.Code != core.CodeForbidden || !strings.Contains(f.Message, string(authz.CodeScopeNotAllowed)) {
+		f := c.expect(protocol.FrameError)
+		if f.ID != "s8" || f.Code != protocol.CodeForbidden || !strings.Contains(f.Message, string(authz.CodeScopeNotAllowed)) {
 			t.Fatalf("got %+v", f)
 		}
 		c.send(`{"v":1,"type":"subscribe","id":"all","resource":"todos"}`)
-		if f := c.expect(core.FrameError); f.ID != "all" || f.Code != core.CodeForbidden {
+		if f := c.expect(protocol.FrameError); f.ID != "all" || f.Code != protocol.CodeForbidden {
 			t.Fatalf("whole resource: %+v", f)
 		}
 		c.subscribe("s7", "p7")
@@ -274,7 +275,7 @@ func TestHelloTokens(t *testing.T) {
 		s := newServer(t, core.Config{})
 		c := s.dial(t, "u1", "p7")
 		c.helloToken(valid)
-		c.expectClose(core.CodeUnauthenticated, core.ClosePolicy)
+		c.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 	})
 }
 
@@ -285,14 +286,14 @@ func TestTokenRefresh(t *testing.T) {
 	a := newAuthEnv(t, core.Resource[todo]{Authorize: projects})
 	c := a.dial(t, "")
 	c.helloToken(a.mint(t, alice("p7"), 60*time.Second))
-	c.expect(core.FrameWelcome)
+	c.expect(protocol.FrameWelcome)
 	c.subscribe("s", "p7")
 	c.collect("s")
 
 	a.clock.Advance(29 * time.Second)
 	c.probe() // nothing yet: the request comes 30 s before expiry
 	a.clock.Advance(time.Second)
-	if f := c.expect(core.FrameRefreshToken); f.ExpiresIn != 30 {
+	if f := c.expect(protocol.FrameRefreshToken); f.ExpiresIn != 30 {
 		t.Fatalf("refresh-token %+v", f)
 	}
 	b, _ := json.Marshal(a.mint(t, alice("p7"), 120*time.Second)) // expires at 150 s
@@ -302,18 +303,18 @@ func TestTokenRefresh(t *testing.T) {
 	a.clock.Advance(31 * time.Second) // 61 s: past the first token's expiry
 	c.probe()
 	_ = a.todos.Upsert(context.Background(), todo{"t1", "p7", "live", false})
-	if f := c.expect(core.FrameChanges); keys(f.Entries) != "u:t1" {
+	if f := c.expect(protocol.FrameChanges); keys(f.Entries) != "u:t1" {
 		t.Fatalf("after the old expiry: %+v", f)
 	}
 
 	a.clock.Advance(59 * time.Second) // 120 s: 30 s before the new expiry
-	if f := c.expect(core.FrameRefreshToken); f.ExpiresIn != 30 {
+	if f := c.expect(protocol.FrameRefreshToken); f.ExpiresIn != 30 {
 		t.Fatalf("second refresh-token %+v", f)
 	}
 	a.clock.Advance(29 * time.Second)
 	c.probe()
 	a.clock.Advance(time.Second) // 150 s, not refreshed
-	f := c.expectClose(core.CodeUnauthenticated, core.ClosePolicy)
+	f := c.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 	if !strings.Contains(f.Message, "expired") {
 		t.Fatalf("message %q", f.Message)
 	}
@@ -324,18 +325,18 @@ func TestRefreshRefused(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		token string
-		code  core.Code
+		code  protocol.Code
 	}{
-		{"another principal", a.mint(t, authz.Principal{ID: "mallory", Claims: map[string]any{"projects": []string{"p7"}}}, time.Minute), core.CodeForbidden},
-		{"invalid", "tide1.k1.AAAA.AAAA", core.CodeUnauthenticated},
+		{"another principal", a.mint(t, authz.Principal{ID: "mallory", Claims: map[string]any{"projects": []string{"p7"}}}, time.Minute), protocol.CodeForbidden},
+		{"invalid", "tide1.k1.AAAA.AAAA", protocol.CodeUnauthenticated},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := a.dial(t, "")
 			c.helloToken(a.mint(t, alice("p7"), time.Minute))
-			c.expect(core.FrameWelcome)
+			c.expect(protocol.FrameWelcome)
 			b, _ := json.Marshal(tt.token)
 			c.send(`{"v":1,"type":"refresh","token":` + string(b) + `}`)
-			c.expectClose(tt.code, core.ClosePolicy)
+			c.expectClose(tt.code, protocol.ClosePolicy)
 		})
 	}
 	t.Run("cookie principal refreshes to a token of its own", func(t *testing.T) {
@@ -358,18 +359,18 @@ func TestRefreshNarrowsGrants(t *testing.T) {
 	}
 	c := a.dial(t, "")
 	c.helloToken(a.mint(t, grant("p7", "p8"), time.Minute))
-	c.expect(core.FrameWelcome)
+	c.expect(protocol.FrameWelcome)
 	c.subscribe("s7", "p7")
 	c.collect("s7")
 	c.subscribe("s8", "p8")
 	c.collect("s8")
 	b, _ := json.Marshal(a.mint(t, grant("p7"), time.Minute))
 	c.send(`{"v":1,"type":"refresh","token":` + string(b) + `}`)
-	if f := c.expect(core.FrameError); f.ID != "s8" || f.Code != core.CodeForbidden {
+	if f := c.expect(protocol.FrameError); f.ID != "s8" || f.Code != protocol.CodeForbidden {
 		t.Fatalf("got %+v", f)
 	}
 	_ = a.todos.Upsert(context.Background(), todo{"x", "p8", "hidden", false}, todo{"y", "p7", "seen", false})
-	if f := c.expect(core.FrameChanges); f.ID != "s7" || keys(f.Entries) != "u:y" {
+	if f := c.expect(protocol.FrameChanges); f.ID != "s7" || keys(f.Entries) != "u:y" {
 		t.Fatalf("got %+v", f)
 	}
 }
@@ -381,7 +382,7 @@ func TestRevoke(t *testing.T) {
 	tok := a.mint(t, alice("p7"), 10*time.Minute)
 	viaToken := a.dial(t, "")
 	viaToken.helloToken(tok)
-	viaToken.expect(core.FrameWelcome)
+	viaToken.expect(protocol.FrameWelcome)
 	viaCookie := a.dial(t, "alice", "p7")
 	viaCookie.hello()
 	bob := a.dial(t, "bob", "p7")
@@ -395,17 +396,17 @@ func TestRevoke(t *testing.T) {
 	}
 	_ = a.todos.Upsert(context.Background(), todo{"t1", "p7", "after", false})
 	for _, c := range []*wsClient{viaToken, viaCookie} {
-		f := c.expectClose(core.CodeUnauthenticated, core.ClosePolicy)
+		f := c.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 		if !strings.Contains(f.Message, "revoked") {
 			t.Fatalf("message %q", f.Message)
 		}
 	}
-	if f := bob.expect(core.FrameChanges); keys(f.Entries) != "u:t1" {
+	if f := bob.expect(protocol.FrameChanges); keys(f.Entries) != "u:t1" {
 		t.Fatalf("bob got %+v", f)
 	}
 	again := a.dial(t, "")
 	again.helloToken(tok)
-	f := again.expectClose(core.CodeUnauthenticated, core.ClosePolicy)
+	f := again.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 	if !strings.Contains(f.Message, string(authz.CodeTokenRevoked)) {
 		t.Fatalf("message %q", f.Message)
 	}
@@ -450,11 +451,11 @@ func TestReauthorize(t *testing.T) {
 	if n, err := a.e.Reauthorize(context.Background(), "alice"); n != 1 || err != nil {
 		t.Fatalf("Reauthorize ended %d (%v), want 1", n, err)
 	}
-	if f := c.expect(core.FrameError); f.ID != "s8" || f.Code != core.CodeForbidden {
+	if f := c.expect(protocol.FrameError); f.ID != "s8" || f.Code != protocol.CodeForbidden {
 		t.Fatalf("got %+v", f)
 	}
 	_ = a.todos.Upsert(context.Background(), todo{"x", "p8", "no longer", false}, todo{"y", "p7", "still", false})
-	if f := c.expect(core.FrameChanges); f.ID != "s7" || keys(f.Entries) != "u:y" {
+	if f := c.expect(protocol.FrameChanges); f.ID != "s7" || keys(f.Entries) != "u:y" {
 		t.Fatalf("got %+v", f)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -514,9 +515,9 @@ func TestRowFilter(t *testing.T) {
 	_ = tbl.Delete(ctx, ownTodo{ID: "c"}) // deleting a visible row: a delete
 	up(ownTodo{"c", "p8", "alice", true}) // back in another scope: nothing here
 	want := "d:a u:b d:d d:c"
-	var live []core.Entry
+	var live []protocol.Entry
 	for len(live) < 4 {
-		live = append(live, c.expect(core.FrameChanges).Entries...)
+		live = append(live, c.expect(protocol.FrameChanges).Entries...)
 	}
 	if got := keys(live); got != want {
 		t.Fatalf("live %s, want %s", got, want)
@@ -546,7 +547,7 @@ func TestRowFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var page struct{ Entries []core.Entry }
+	var page struct{ Entries []protocol.Entry }
 	if err := json.Unmarshal(out, &page); err != nil || keys(page.Entries) != "u:b u:d" {
 		t.Fatalf("bob's poll %s (%v)", out, err)
 	}
@@ -595,25 +596,25 @@ func TestConditionsValidatedBeforePolicy(t *testing.T) {
 	c.hello()
 	for i, tt := range []struct {
 		conds string
-		code  core.Code
+		code  protocol.Code
 	}{
-		{`{"nope":"x"}`, core.CodeInvalidConditions},
-		{`{"title":"x"}`, core.CodeInvalidConditions},
-		{`{"id":"x"}`, core.CodeInvalidConditions},
-		{`{"org":7}`, core.CodeInvalidConditions},
-		{`{"team":"seven"}`, core.CodeInvalidConditions},
-		{`{"team":1.5}`, core.CodeInvalidConditions},
-		{`{"team":"007"}`, core.CodeInvalidConditions},
-		{`{"open":"true"}`, core.CodeInvalidConditions},
-		{`{"org":{"in":[]}}`, core.CodeInvalidConditions},
-		{`{"org":{"in":["a"],"or":["b"]}}`, core.CodeInvalidConditions},
-		{`{"org":null}`, core.CodeInvalidConditions},
-		{`{"org":["a"]}`, core.CodeInvalidConditions},
-		{`{"org":{"in":["a","b","c","d","e","f"]}}`, core.CodeTooManyConditions},
+		{`{"nope":"x"}`, protocol.CodeInvalidConditions},
+		{`{"title":"x"}`, protocol.CodeInvalidConditions},
+		{`{"id":"x"}`, protocol.CodeInvalidConditions},
+		{`{"org":7}`, protocol.CodeInvalidConditions},
+		{`{"team":"seven"}`, protocol.CodeInvalidConditions},
+		{`{"team":1.5}`, protocol.CodeInvalidConditions},
+		{`{"team":"007"}`, protocol.CodeInvalidConditions},
+		{`{"open":"true"}`, protocol.CodeInvalidConditions},
+		{`{"org":{"in":[]}}`, protocol.CodeInvalidConditions},
+		{`{"org":{"in":["a"],"or":["b"]}}`, protocol.CodeInvalidConditions},
+		{`{"org":null}`, protocol.CodeInvalidConditions},
+		{`{"org":["a"]}`, protocol.CodeInvalidConditions},
+		{`{"org":{"in":["a","b","c","d","e","f"]}}`, protocol.CodeTooManyConditions},
 	} {
 		id := fmt.Sprintf("c%d", i)
 		c.send(`{"v":1,"type":"subscribe","id":"` + id + `","resource":"items","conditions":` + tt.conds + `}`)
-		if f := c.expect(core.FrameError); f.ID != id || f.Code != tt.code {
+		if f := c.expect(protocol.FrameError); f.ID != id || f.Code != tt.code {
 			t.Errorf("%s: got %+v, want %s", tt.conds, f, tt.code)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -448,7 +449,7 @@ type propSub struct {
 	settled   chan struct{} // closed at the first caught-up or error
 	catchUpN  int           // entries received before the first caught-up
 	liveN     int           // entries received after it
-	refusedAs core.Code
+	refusedAs protocol.Code
 }
 
 // propConn is one WebSocket connection and its reader.
@@ -626,7 +627,7 @@ func (w *propWorld) connect(pp propPrincipal, cookie bool) (*propConn, authz.Pri
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, err := core.DecodeServerFrame(data); err != nil || f.Type != core.FrameWelcome {
+	if f, err := protocol.DecodeServerFrame(data); err != nil || f.Type != protocol.FrameWelcome {
 		t.Fatalf("hello answered by %s", data)
 	}
 	w.mu.Lock()
@@ -686,7 +687,7 @@ func (c *propConn) read() {
 		if err != nil {
 			return
 		}
-		f, err := core.DecodeServerFrame(data)
+		f, err := protocol.DecodeServerFrame(data)
 		if err != nil {
 			w.fail("undecodable frame %s: %v", data, err)
 			continue
@@ -723,11 +724,11 @@ func (w *propWorld) barrier(ctx context.Context, n int64) {
 	}
 }
 
-func (c *propConn) apply(f core.ServerFrame, data []byte) {
+func (c *propConn) apply(f protocol.ServerFrame, data []byte) {
 	w := c.w
 	if f.ID == "fence" {
 		switch f.Type {
-		case core.FrameChanges:
+		case protocol.FrameChanges:
 			for _, e := range f.Entries {
 				var r fenceRow
 				_ = json.Unmarshal(e.Row, &r)
@@ -745,7 +746,7 @@ func (c *propConn) apply(f core.ServerFrame, data []byte) {
 					close(c.fseen)
 				}
 			}
-		case core.FrameCaughtUp:
+		case protocol.FrameCaughtUp:
 		default:
 			w.fail("fence subscription got %s", data)
 		}
@@ -764,7 +765,7 @@ func (c *propConn) apply(f core.ServerFrame, data []byte) {
 		}
 	}
 	switch f.Type {
-	case core.FrameError:
+	case protocol.FrameError:
 		s.refusedAs = f.Code
 		if s.decision == mAllow {
 			w.fail("%s %s %s: refused with %s (%s), the model allows it", s.id, s.pp.id, s.scope.res.name, f.Code, f.Message)
@@ -772,14 +773,14 @@ func (c *propConn) apply(f core.ServerFrame, data []byte) {
 			w.fail("%s: refused with %s, the model says %s (policy %s, conds %v, principal %+v)", s.id, f.Code, s.decision, s.scope.res.policy, s.scope.conds, s.pp)
 		}
 		settle()
-	case core.FrameCaughtUp:
+	case protocol.FrameCaughtUp:
 		if s.decision != mAllow {
 			w.fail("%s: caught up, but the model denies it with %s (policy %s, conds %v, principal %+v, grants %+v)", s.id, s.decision, s.scope.res.policy, s.scope.conds, s.pp, s.grants)
 		}
 		s.cursor = f.Cursor
 		s.caughtUp = true
 		settle()
-	case core.FrameChanges:
+	case protocol.FrameChanges:
 		if s.decision != mAllow {
 			w.fail("%s: %d entries on a subscription the model denies", s.id, len(f.Entries))
 		}
@@ -815,7 +816,7 @@ func (c *propConn) apply(f core.ServerFrame, data []byte) {
 			s.copy[d.ID] = d
 		}
 		s.cursor = f.Cursor
-	case core.FrameReset:
+	case protocol.FrameReset:
 		w.fail("%s: unexpected reset %s", s.id, data)
 	default:
 		w.fail("%s: unexpected frame %s", s.id, data)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Benchmarks of the fan-out's hot paths, below the socket (cmd/tideload
@@ -29,7 +30,7 @@ const hpBody = "lorem ipsum dolor sit amet lorem ipsum dolor sit amet lorem ipsu
 
 func hpChange(tb testing.TB, pos int, scope string) feed.Change {
 	tb.Helper()
-	key, row, err := EncodeRow(hpItem{ID: strconv.Itoa(pos), Scope: scope, Tenant: "acme", Body: hpBody, SentNS: 1764518400123456789})
+	key, row, err := protocol.EncodeRow(hpItem{ID: strconv.Itoa(pos), Scope: scope, Tenant: "acme", Body: hpBody, SentNS: 1764518400123456789})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -93,19 +94,19 @@ func BenchmarkLiveFrame(b *testing.B) {
 				entries[i] = encodeEntries(&c).upsert
 				size += len(entries[i])
 			}
-			id := appendJSONString(nil, "1")
+			id := protocol.AppendString(nil, "1")
 			buf := make([]byte, 0, size+256)
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
 			for b.Loop() {
-				frame := appendLiveChangesStart(buf[:0], id, "KaGaJCWMN0nIGBtf", feed.Position(1000+n))
+				frame := protocol.AppendLiveChangesStart(buf[:0], id, "KaGaJCWMN0nIGBtf", uint64(1000+n))
 				for i, e := range entries {
 					if i > 0 {
 						frame = append(frame, ',')
 					}
 					frame = append(frame, e...)
 				}
-				frame = appendChangesEnd(frame)
+				frame = protocol.AppendChangesEnd(frame)
 				buf = frame
 			}
 		})

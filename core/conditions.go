@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // parseConditions validates wire conditions against a resource's scope
@@ -15,17 +16,17 @@ import (
 // strings of digits, since JavaScript numbers cannot hold every int64).
 //
 // maxConds bounds the number of conditions and maxValues the number of values
-// across all of them; exceeding either is CodeTooManyConditions.
-func parseConditions(s *feed.Schema, conds map[string]json.RawMessage, maxConds, maxValues int) (feed.Scope, *Error) {
+// across all of them; exceeding either is protocol.CodeTooManyConditions.
+func parseConditions(s *feed.Schema, conds map[string]json.RawMessage, maxConds, maxValues int) (feed.Scope, *protocol.Error) {
 	if len(conds) > maxConds {
-		return feed.Scope{}, errorf(CodeTooManyConditions, "%d conditions; at most %d are allowed", len(conds), maxConds)
+		return feed.Scope{}, protocol.Errorf(protocol.CodeTooManyConditions, "%d conditions; at most %d are allowed", len(conds), maxConds)
 	}
 	out := make([]feed.Cond, 0, len(conds))
 	total := 0
 	for name, raw := range conds {
 		col := s.ScopeIndex(name)
 		if col < 0 {
-			return feed.Scope{}, errorf(CodeInvalidConditions, "%q is not a scope column of %s", truncate(name, 64), s.Name)
+			return feed.Scope{}, protocol.Errorf(protocol.CodeInvalidConditions, "%q is not a scope column of %s", protocol.Truncate(name, 64), s.Name)
 		}
 		kind := s.ScopeColumn(col).Kind
 		raw = bytes.TrimSpace(raw)
@@ -37,31 +38,31 @@ func parseConditions(s *feed.Schema, conds map[string]json.RawMessage, maxConds,
 			dec := json.NewDecoder(bytes.NewReader(raw))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&in); err != nil {
-				return feed.Scope{}, errorf(CodeInvalidConditions, `%s: a condition is a value or {"in": [values]}`, name)
+				return feed.Scope{}, protocol.Errorf(protocol.CodeInvalidConditions, `%s: a condition is a value or {"in": [values]}`, name)
 			}
 			if len(in.In) == 0 {
-				return feed.Scope{}, errorf(CodeInvalidConditions, `%s: "in" needs at least one value`, name)
+				return feed.Scope{}, protocol.Errorf(protocol.CodeInvalidConditions, `%s: "in" needs at least one value`, name)
 			}
 			if total+len(in.In) > maxValues {
-				return feed.Scope{}, errorf(CodeTooManyConditions, "more than %d condition values", maxValues)
+				return feed.Scope{}, protocol.Errorf(protocol.CodeTooManyConditions, "more than %d condition values", maxValues)
 			}
 			for _, v := range in.In {
 				text, err := conditionValue(kind, v)
 				if err != nil {
-					return feed.Scope{}, errorf(CodeInvalidConditions, "%s: %s", name, err.Message)
+					return feed.Scope{}, protocol.Errorf(protocol.CodeInvalidConditions, "%s: %s", name, err.Message)
 				}
 				values = append(values, text)
 			}
 		} else {
 			text, err := conditionValue(kind, raw)
 			if err != nil {
-				return feed.Scope{}, errorf(CodeInvalidConditions, "%s: %s", name, err.Message)
+				return feed.Scope{}, protocol.Errorf(protocol.CodeInvalidConditions, "%s: %s", name, err.Message)
 			}
 			values = []string{text}
 		}
 		total += len(values)
 		if total > maxValues {
-			return feed.Scope{}, errorf(CodeTooManyConditions, "more than %d condition values", maxValues)
+			return feed.Scope{}, protocol.Errorf(protocol.CodeTooManyConditions, "more than %d condition values", maxValues)
 		}
 		out = append(out, feed.Cond{Col: col, Values: values})
 	}
@@ -70,50 +71,50 @@ func parseConditions(s *feed.Schema, conds map[string]json.RawMessage, maxConds,
 
 // conditionValue converts one JSON scalar to the canonical text of a column
 // of the given kind.
-func conditionValue(kind feed.Kind, raw json.RawMessage) (string, *Error) {
+func conditionValue(kind protocol.Kind, raw json.RawMessage) (string, *protocol.Error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
-		return "", errorf(CodeInvalidConditions, "empty value")
+		return "", protocol.Errorf(protocol.CodeInvalidConditions, "empty value")
 	}
 	switch kind {
-	case feed.KindString:
+	case protocol.KindString:
 		var s string
 		if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-			return "", errorf(CodeInvalidConditions, "want a string")
+			return "", protocol.Errorf(protocol.CodeInvalidConditions, "want a string")
 		}
 		return s, nil
-	case feed.KindBool:
+	case protocol.KindBool:
 		switch string(raw) {
 		case "true", "false":
 			return string(raw), nil
 		}
-		return "", errorf(CodeInvalidConditions, "want true or false")
-	case feed.KindInt, feed.KindUint:
+		return "", protocol.Errorf(protocol.CodeInvalidConditions, "want true or false")
+	case protocol.KindInt, protocol.KindUint:
 		digits := raw
 		if raw[0] == '"' {
 			var s string
 			if json.Unmarshal(raw, &s) != nil {
-				return "", errorf(CodeInvalidConditions, "want an integer")
+				return "", protocol.Errorf(protocol.CodeInvalidConditions, "want an integer")
 			}
 			digits = []byte(s)
 		}
 		if !isCanonicalInt(digits) {
-			return "", errorf(CodeInvalidConditions, "want an integer")
+			return "", protocol.Errorf(protocol.CodeInvalidConditions, "want an integer")
 		}
-		if kind == feed.KindInt {
+		if kind == protocol.KindInt {
 			n, err := strconv.ParseInt(string(digits), 10, 64)
 			if err != nil {
-				return "", errorf(CodeInvalidConditions, "integer out of range")
+				return "", protocol.Errorf(protocol.CodeInvalidConditions, "integer out of range")
 			}
 			return strconv.FormatInt(n, 10), nil
 		}
 		n, err := strconv.ParseUint(string(digits), 10, 64)
 		if err != nil {
-			return "", errorf(CodeInvalidConditions, "want a non-negative integer in range")
+			return "", protocol.Errorf(protocol.CodeInvalidConditions, "want a non-negative integer in range")
 		}
 		return strconv.FormatUint(n, 10), nil
 	}
-	return "", errorf(CodeInvalidConditions, "column of kind %s cannot be a condition", kind)
+	return "", protocol.Errorf(protocol.CodeInvalidConditions, "column of kind %s cannot be a condition", kind)
 }
 
 // isCanonicalInt accepts an optional minus sign and digits without leading

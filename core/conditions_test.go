@@ -6,18 +6,19 @@ import (
 	"testing"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 func condSchema() *feed.Schema {
 	return &feed.Schema{
 		Name: "todos", Table: "todos",
-		Columns: []feed.Column{
-			{Name: "id", Kind: feed.KindString},
-			{Name: "project_id", Kind: feed.KindString},
-			{Name: "owner", Kind: feed.KindInt},
-			{Name: "done", Kind: feed.KindBool},
-			{Name: "n", Kind: feed.KindUint},
-			{Name: "title", Kind: feed.KindString},
+		Columns: []protocol.Column{
+			{Name: "id", Kind: protocol.KindString},
+			{Name: "project_id", Kind: protocol.KindString},
+			{Name: "owner", Kind: protocol.KindInt},
+			{Name: "done", Kind: protocol.KindBool},
+			{Name: "n", Kind: protocol.KindUint},
+			{Name: "title", Kind: protocol.KindString},
 		},
 		Key:   0,
 		Scope: []int{1, 2, 3, 4},
@@ -30,7 +31,7 @@ func TestParseConditions(t *testing.T) {
 		name string
 		in   string
 		key  string // normalized scope key; "" when an error is expected
-		code Code
+		code protocol.Code
 	}{
 		{"none", `{}`, "todos", ""},
 		{"string eq", `{"project_id":"p7"}`, "todos?project_id=p7", ""},
@@ -41,25 +42,25 @@ func TestParseConditions(t *testing.T) {
 		{"in sorted deduped", `{"project_id":{"in":["b","a","b"]}}`, "todos?project_id=a,b", ""},
 		{"two conditions in column order", `{"done":true,"project_id":"p"}`, "todos?project_id=p&done=true", ""},
 		{"escaping", `{"project_id":"a&b=c,d"}`, "todos?project_id=a%26b%3Dc%2Cd", ""},
-		{"unknown column", `{"nope":"x"}`, "", CodeInvalidConditions},
-		{"non-scope column", `{"title":"x"}`, "", CodeInvalidConditions},
-		{"pk is not scope", `{"id":"x"}`, "", CodeInvalidConditions},
-		{"string for int", `{"owner":"abc"}`, "", CodeInvalidConditions},
-		{"number for string", `{"project_id":7}`, "", CodeInvalidConditions},
-		{"fraction", `{"owner":1.5}`, "", CodeInvalidConditions},
-		{"exponent", `{"owner":1e3}`, "", CodeInvalidConditions},
-		{"leading zero", `{"owner":"007"}`, "", CodeInvalidConditions},
-		{"int overflow", `{"owner":9223372036854775808}`, "", CodeInvalidConditions},
-		{"negative uint", `{"n":-1}`, "", CodeInvalidConditions},
-		{"bool as string", `{"done":"true"}`, "", CodeInvalidConditions},
-		{"null", `{"project_id":null}`, "", CodeInvalidConditions},
-		{"empty in", `{"project_id":{"in":[]}}`, "", CodeInvalidConditions},
-		{"in with other key", `{"project_id":{"in":["a"],"x":1}}`, "", CodeInvalidConditions},
-		{"object without in", `{"project_id":{"eq":"a"}}`, "", CodeInvalidConditions},
-		{"in wrong type", `{"project_id":{"in":[1]}}`, "", CodeInvalidConditions},
-		{"array value", `{"project_id":["a"]}`, "", CodeInvalidConditions},
-		{"too many conditions", `{"project_id":"a","owner":1,"done":true}`, "", CodeTooManyConditions},
-		{"too many values", `{"project_id":{"in":["a","b","c","d","e"]}}`, "", CodeTooManyConditions},
+		{"unknown column", `{"nope":"x"}`, "", protocol.CodeInvalidConditions},
+		{"non-scope column", `{"title":"x"}`, "", protocol.CodeInvalidConditions},
+		{"pk is not scope", `{"id":"x"}`, "", protocol.CodeInvalidConditions},
+		{"string for int", `{"owner":"abc"}`, "", protocol.CodeInvalidConditions},
+		{"number for string", `{"project_id":7}`, "", protocol.CodeInvalidConditions},
+		{"fraction", `{"owner":1.5}`, "", protocol.CodeInvalidConditions},
+		{"exponent", `{"owner":1e3}`, "", protocol.CodeInvalidConditions},
+		{"leading zero", `{"owner":"007"}`, "", protocol.CodeInvalidConditions},
+		{"int overflow", `{"owner":9223372036854775808}`, "", protocol.CodeInvalidConditions},
+		{"negative uint", `{"n":-1}`, "", protocol.CodeInvalidConditions},
+		{"bool as string", `{"done":"true"}`, "", protocol.CodeInvalidConditions},
+		{"null", `{"project_id":null}`, "", protocol.CodeInvalidConditions},
+		{"empty in", `{"project_id":{"in":[]}}`, "", protocol.CodeInvalidConditions},
+		{"in with other key", `{"project_id":{"in":["a"],"x":1}}`, "", protocol.CodeInvalidConditions},
+		{"object without in", `{"project_id":{"eq":"a"}}`, "", protocol.CodeInvalidConditions},
+		{"in wrong type", `{"project_id":{"in":[1]}}`, "", protocol.CodeInvalidConditions},
+		{"array value", `{"project_id":["a"]}`, "", protocol.CodeInvalidConditions},
+		{"too many conditions", `{"project_id":"a","owner":1,"done":true}`, "", protocol.CodeTooManyConditions},
+		{"too many values", `{"project_id":{"in":["a","b","c","d","e"]}}`, "", protocol.CodeTooManyConditions},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,7 +128,7 @@ func FuzzConditions(f *testing.F) {
 		}
 		sc, err := parseConditions(s, conds, 8, 64)
 		if err != nil {
-			if err.Code != CodeInvalidConditions && err.Code != CodeTooManyConditions {
+			if err.Code != protocol.CodeInvalidConditions && err.Code != protocol.CodeTooManyConditions {
 				t.Fatalf("unexpected code %s", err.Code)
 			}
 			return
@@ -139,7 +140,7 @@ func FuzzConditions(f *testing.F) {
 			col := s.ScopeColumn(c.Col)
 			var vals []json.RawMessage
 			for _, v := range c.Values {
-				if col.Kind == feed.KindString {
+				if col.Kind == protocol.KindString {
 					b, _ := json.Marshal(v)
 					vals = append(vals, b)
 				} else {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // TokenVerifier turns the token a client sends in hello (or refresh) into a
@@ -170,11 +171,16 @@ func (c Config) validate() error {
 	if c.HelloTimeout < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 {
 		errs = append(errs, errors.New("timeouts must not be negative"))
 	}
-	if err := checkText("BuildID", c.BuildID, maxBuildLen); err != nil {
+	if err := protocol.CheckText("BuildID", c.BuildID, protocol.MaxBuildLen); err != nil {
 		errs = append(errs, errors.New(err.Message))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("tide: invalid config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// limits returns the limits the welcome frame announces.
+func (c *Config) limits() protocol.Limits {
+	return protocol.Limits{MaxFrameBytes: c.MaxFrameBytes, MaxSubscriptions: c.MaxSubscriptions, FrameRate: c.FrameRate, FrameBurst: c.FrameBurst}
 }

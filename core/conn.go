@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // closeGrace is how long a closing connection waits for the peer's close
@@ -59,7 +60,7 @@ func (e *Engine) Accept(ws *websocket.Conn, p authz.Principal) error {
 	if e.draining {
 		e.mu.Unlock()
 		deadline := time.Now().Add(time.Second)
-		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseDrain, "server draining"), deadline)
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(protocol.CloseDrain), "server draining"), deadline)
 		_ = ws.Close()
 		return ErrDraining
 	}
@@ -87,7 +88,7 @@ func (c *conn) readLoop() {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !c.isClosing() {
-				c.closeWith(CloseIdle, "idle timeout")
+				c.closeWith(protocol.CloseIdle, "idle timeout")
 			}
 			return
 		}
@@ -105,18 +106,18 @@ func (c *conn) readLoop() {
 		case c.isEnding():
 			// Draining the peer's frames until its close reply arrives.
 		case tooBig:
-			c.sendError("", errorf(CodeFrameTooLarge, "frames are limited to %d bytes", cfg.MaxFrameBytes))
+			c.sendError("", protocol.Errorf(protocol.CodeFrameTooLarge, "frames are limited to %d bytes", cfg.MaxFrameBytes))
 		case !c.limiter.allow(time.Now()):
 			// One error per refused run, not one per frame: the answer
 			// must not become a flood of its own.
 			if c.limiter.refused == 1 {
-				c.sendError("", errorf(CodeRateLimited, "more than %d frames per second; frames are being dropped", cfg.FrameRate))
+				c.sendError("", protocol.Errorf(protocol.CodeRateLimited, "more than %d frames per second; frames are being dropped", cfg.FrameRate))
 			}
 			if c.limiter.refused > 4*cfg.FrameBurst {
-				c.closeAfterFlush(ClosePolicy, "rate limit")
+				c.closeAfterFlush(protocol.ClosePolicy, "rate limit")
 			}
 		case mt != websocket.TextMessage:
-			c.sendError("", errorf(CodeBadFrame, "frames are JSON text messages"))
+			c.sendError("", protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text messages"))
 		default:
 			c.handleOffStack(buf)
 		}
@@ -176,37 +177,37 @@ func (c *conn) handleOffStack(frame []byte) {
 
 // handle dispatches one client frame.
 func (c *conn) handle(data []byte) {
-	f, ferr := DecodeClientFrame(data)
+	f, ferr := protocol.DecodeClientFrame(data)
 	if ferr != nil {
 		c.sendError(f.ID, ferr)
 		switch {
-		case ferr.Code == CodeUnsupportedVersion:
-			c.closeAfterFlush(CloseVersionSkew, "unsupported protocol version")
+		case ferr.Code == protocol.CodeUnsupportedVersion:
+			c.closeAfterFlush(protocol.CloseVersionSkew, "unsupported protocol version")
 		case !c.helloDone:
-			c.closeAfterFlush(ClosePolicy, "hello required")
+			c.closeAfterFlush(protocol.ClosePolicy, "hello required")
 		}
 		return
 	}
-	if !c.helloDone && f.Type != FrameHello {
-		c.sendError(f.ID, errorf(CodeHelloRequired, "the first frame must be hello"))
-		c.closeAfterFlush(ClosePolicy, "hello required")
+	if !c.helloDone && f.Type != protocol.FrameHello {
+		c.sendError(f.ID, protocol.Errorf(protocol.CodeHelloRequired, "the first frame must be hello"))
+		c.closeAfterFlush(protocol.ClosePolicy, "hello required")
 		return
 	}
 	switch f.Type {
-	case FrameHello:
+	case protocol.FrameHello:
 		c.hello(f)
-	case FrameSubscribe:
+	case protocol.FrameSubscribe:
 		c.subscribe(f)
-	case FrameUnsubscribe:
+	case protocol.FrameUnsubscribe:
 		c.unsubscribe(f)
-	case FrameRefresh:
+	case protocol.FrameRefresh:
 		c.refresh(f)
 	}
 }
 
-func (c *conn) hello(f ClientFrame) {
+func (c *conn) hello(f protocol.ClientFrame) {
 	if c.helloDone {
-		c.sendError("", errorf(CodeBadFrame, "hello was already sent"))
+		c.sendError("", protocol.Errorf(protocol.CodeBadFrame, "hello was already sent"))
 		return
 	}
 	var expiry time.Time
@@ -223,7 +224,7 @@ func (c *conn) hello(f ClientFrame) {
 		}
 		if err != nil {
 			c.sendError("", err)
-			c.closeAfterFlush(ClosePolicy, "unauthenticated")
+			c.closeAfterFlush(protocol.ClosePolicy, "unauthenticated")
 			return
 		}
 		expiry = exp
@@ -232,9 +233,9 @@ func (c *conn) hello(f ClientFrame) {
 	c.helloDone = true
 	_ = c.ws.SetReadDeadline(time.Now().Add(c.e.cfg.IdleTimeout))
 	cfg := &c.e.cfg
-	c.sendFrame(encodeWelcome(cfg))
+	c.sendFrame(protocol.Welcome(cfg.BuildID, cfg.limits()))
 	if cfg.BuildID != "" && f.Build != "" && f.Build != cfg.BuildID {
-		c.sendFrame(encodeUpdateAvailable(cfg.BuildID))
+		c.sendFrame(protocol.UpdateAvailable(cfg.BuildID))
 	}
 	if !expiry.IsZero() {
 		c.e.auth.schedule(c, expiry) // after welcome: a refresh-token never precedes it
@@ -243,19 +244,19 @@ func (c *conn) hello(f ClientFrame) {
 
 // verifyToken checks a hello or refresh token with the engine's verifier and
 // returns its principal and expiry (zero: none).
-func (c *conn) verifyToken(token string) (authz.Principal, time.Time, *Error) {
+func (c *conn) verifyToken(token string) (authz.Principal, time.Time, *protocol.Error) {
 	v := c.e.cfg.Tokens
 	if v == nil {
-		return authz.Anonymous, time.Time{}, errorf(CodeUnauthenticated, "this server does not accept tokens")
+		return authz.Anonymous, time.Time{}, protocol.Errorf(protocol.CodeUnauthenticated, "this server does not accept tokens")
 	}
 	ctx, cancel := context.WithTimeout(c.e.ctx, 10*time.Second)
 	defer cancel()
 	p, expiry, err := v.VerifyToken(ctx, token)
 	if err != nil {
-		return authz.Anonymous, time.Time{}, errorf(CodeUnauthenticated, "invalid token: %v", err)
+		return authz.Anonymous, time.Time{}, protocol.Errorf(protocol.CodeUnauthenticated, "invalid token: %v", err)
 	}
 	if p.IsAnonymous() {
-		return authz.Anonymous, time.Time{}, errorf(CodeUnauthenticated, "the token names no principal")
+		return authz.Anonymous, time.Time{}, protocol.Errorf(protocol.CodeUnauthenticated, "the token names no principal")
 	}
 	return p, expiry, nil
 }
@@ -264,17 +265,17 @@ func (c *conn) verifyToken(token string) (authz.Principal, time.Time, *Error) {
 // principal: the connection lives until the new expiry. The new token's
 // claims and grants apply to later subscriptions, and the current ones are
 // checked against them again (reauthorizeLater) unless nothing changed.
-func (c *conn) refresh(f ClientFrame) {
+func (c *conn) refresh(f protocol.ClientFrame) {
 	p, expiry, err := c.verifyToken(f.Token)
 	if err != nil {
 		c.sendError("", err)
-		c.closeAfterFlush(ClosePolicy, "unauthenticated")
+		c.closeAfterFlush(protocol.ClosePolicy, "unauthenticated")
 		return
 	}
 	old := c.currentPrincipal()
 	if p.ID != old.ID {
-		c.sendError("", errorf(CodeForbidden, "a refreshed token must be for the same principal"))
-		c.closeAfterFlush(ClosePolicy, "principal changed")
+		c.sendError("", protocol.Errorf(protocol.CodeForbidden, "a refreshed token must be for the same principal"))
+		c.closeAfterFlush(protocol.ClosePolicy, "principal changed")
 		return
 	}
 	c.principal.Store(&p)
@@ -284,11 +285,11 @@ func (c *conn) refresh(f ClientFrame) {
 	}
 }
 
-func (c *conn) subscribe(f ClientFrame) {
+func (c *conn) subscribe(f protocol.ClientFrame) {
 	e := c.e
 	res := e.resource(f.Resource)
 	if res == nil {
-		c.sendError(f.ID, errorf(CodeUnknownResource, "no resource %q", truncate(f.Resource, 64)))
+		c.sendError(f.ID, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(f.Resource, 64)))
 		return
 	}
 	scope, err := parseConditions(res.schema, f.Conditions, e.cfg.MaxConditions, e.cfg.MaxConditionValues)
@@ -296,23 +297,23 @@ func (c *conn) subscribe(f ClientFrame) {
 		c.sendError(f.ID, err)
 		return
 	}
-	var cur Cursor
+	var cur protocol.Cursor
 	if f.Cursor != "" {
 		var perr error
-		if cur, perr = ParseCursor(f.Cursor); perr != nil {
-			c.sendError(f.ID, errorf(CodeInvalidCursor, "the cursor is not one this server issued"))
+		if cur, perr = protocol.ParseCursor(f.Cursor); perr != nil {
+			c.sendError(f.ID, protocol.Errorf(protocol.CodeInvalidCursor, "the cursor is not one this server issued"))
 			return
 		}
 	}
 	c.mu.Lock()
 	if _, dup := c.subs[f.ID]; dup {
 		c.mu.Unlock()
-		c.sendError(f.ID, errorf(CodeDuplicateSub, "subscription %q is already active", f.ID))
+		c.sendError(f.ID, protocol.Errorf(protocol.CodeDuplicateSub, "subscription %q is already active", f.ID))
 		return
 	}
 	if len(c.subs) >= e.cfg.MaxSubscriptions {
 		c.mu.Unlock()
-		c.sendError(f.ID, errorf(CodeTooManySubscriptions, "at most %d subscriptions per connection", e.cfg.MaxSubscriptions))
+		c.sendError(f.ID, protocol.Errorf(protocol.CodeTooManySubscriptions, "at most %d subscriptions per connection", e.cfg.MaxSubscriptions))
 		return
 	}
 	s := newSubscription(c, f.ID, res, scope, e.normalizeLimit(f.Limit))
@@ -323,12 +324,12 @@ func (c *conn) subscribe(f ClientFrame) {
 	go s.start(cur, f.Cursor != "")
 }
 
-func (c *conn) unsubscribe(f ClientFrame) {
+func (c *conn) unsubscribe(f protocol.ClientFrame) {
 	c.mu.Lock()
 	s := c.subs[f.ID]
 	c.mu.Unlock()
 	if s == nil {
-		c.sendError(f.ID, errorf(CodeUnknownSub, "no subscription %q", f.ID))
+		c.sendError(f.ID, protocol.Errorf(protocol.CodeUnknownSub, "no subscription %q", f.ID))
 		return
 	}
 	c.dropSub(s)
@@ -348,14 +349,14 @@ func (c *conn) dropSub(s *subscription) {
 // failSub reports err for a subscription and ends it.
 func (c *conn) failSub(s *subscription, err error) {
 	te := ErrorFor(err)
-	if te.Code == CodeUnavailable {
+	if te.Code == protocol.CodeUnavailable {
 		c.e.cfg.Logger.Error("tide: subscription failed", "resource", s.scope.Schema.Name, "scope", s.scope.Key(), "err", err)
 	}
 	c.dropSub(s)
 	c.sendError(s.id, te)
 }
 
-func (c *conn) sendError(id string, err *Error) { c.sendFrame(encodeError(id, err)) }
+func (c *conn) sendError(id string, err *protocol.Error) { c.sendFrame(protocol.ErrorFrame(id, err)) }
 
 func (c *conn) isClosing() bool {
 	c.mu.Lock()
@@ -374,7 +375,7 @@ func (c *conn) isEnding() bool {
 // closeWith starts the close handshake: it discards queued frames, sends a
 // close frame with code, and gives the peer closeGrace to answer before the
 // reader gives up. Only the first call has an effect.
-func (c *conn) closeWith(code int, reason string) {
+func (c *conn) closeWith(code protocol.CloseCode, reason string) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -384,7 +385,7 @@ func (c *conn) closeWith(code int, reason string) {
 	c.out.discard()
 	c.mu.Unlock()
 	deadline := time.Now().Add(time.Second)
-	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline); err != nil {
+	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(code), reason), deadline); err != nil {
 		c.kill()
 		return
 	}
@@ -435,5 +436,5 @@ func (e *Engine) normalizeLimit(limit int) int {
 
 // cursorString encodes a change cursor of this engine's feed.
 func (e *Engine) cursorString(pos feed.Position) string {
-	return Cursor{Epoch: e.epoch, Pos: pos}.String()
+	return protocol.Cursor{Epoch: e.epoch, Pos: uint64(pos)}.String()
 }

@@ -34,7 +34,7 @@
 //     see; a row that stops being visible arrives as a delete.
 //   - Bounded memory: each connection's send queue is bounded; a client that
 //     falls behind is replayed from its cursor, or cut off with 1013.
-//   - Bad input is an error with a stable code (Code), never a panic.
+//   - Bad input is an error with a stable code (protocol.Code), never a panic.
 //
 // Engine, Table and the package functions are safe for concurrent use.
 package core

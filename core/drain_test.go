@@ -15,6 +15,7 @@ import (
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/memfeed"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -66,7 +67,7 @@ func TestDrainMovesClientsToAnotherEngine(t *testing.T) {
 			MinBackoff: time.Millisecond,
 			MaxBackoff: 50 * time.Millisecond,
 			OnEvent: func(ev client.Event) {
-				if ev.Kind == client.EventDisconnected && ev.CloseCode == core.CloseDrain {
+				if ev.Kind == client.EventDisconnected && ev.CloseCode == protocol.CloseDrain {
 					drained.Add(1)
 				}
 				if ev.Kind == client.EventCaughtUp {
@@ -105,7 +106,7 @@ func TestDrainMovesClientsToAnotherEngine(t *testing.T) {
 	want := map[string]string{}
 	rows, _ := todos.Rows(ctx, map[string]any{"project_id": "p7"})
 	for _, r := range rows {
-		_, row, _ := core.EncodeRow(r)
+		_, row, _ := protocol.EncodeRow(r)
 		want[r.ID] = string(row)
 	}
 	for i, m := range mirrors {

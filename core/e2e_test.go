@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -106,21 +107,21 @@ func (c *wsClient) send(frame string) {
 
 // next reads one frame. The deadline only bounds a broken test; it is not an
 // assertion about speed.
-func (c *wsClient) next() core.ServerFrame {
+func (c *wsClient) next() protocol.ServerFrame {
 	c.t.Helper()
 	_ = c.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
 	_, data, err := c.ws.ReadMessage()
 	if err != nil {
 		c.t.Fatalf("read: %v", err)
 	}
-	f, err := core.DecodeServerFrame(data)
+	f, err := protocol.DecodeServerFrame(data)
 	if err != nil {
 		c.t.Fatalf("decode %s: %v", data, err)
 	}
 	return f
 }
 
-func (c *wsClient) expect(typ string) core.ServerFrame {
+func (c *wsClient) expect(typ string) protocol.ServerFrame {
 	c.t.Helper()
 	f := c.next()
 	if f.Type != typ {
@@ -132,23 +133,23 @@ func (c *wsClient) expect(typ string) core.ServerFrame {
 func (c *wsClient) hello() {
 	c.t.Helper()
 	c.send(`{"v":1,"type":"hello","build":"test","origin":"me"}`)
-	c.expect(core.FrameWelcome)
+	c.expect(protocol.FrameWelcome)
 }
 
 // collect reads changes frames until caught-up and returns their entries and
 // the caught-up cursor.
-func (c *wsClient) collect(id string) ([]core.Entry, string) {
+func (c *wsClient) collect(id string) ([]protocol.Entry, string) {
 	c.t.Helper()
-	var entries []core.Entry
+	var entries []protocol.Entry
 	for {
 		f := c.next()
 		if f.ID != id {
 			c.t.Fatalf("frame for %q, want %q: %+v", f.ID, id, f)
 		}
 		switch f.Type {
-		case core.FrameChanges:
+		case protocol.FrameChanges:
 			entries = append(entries, f.Entries...)
-		case core.FrameCaughtUp:
+		case protocol.FrameCaughtUp:
 			return entries, f.Cursor
 		default:
 			c.t.Fatalf("unexpected %+v", f)
@@ -156,7 +157,7 @@ func (c *wsClient) collect(id string) ([]core.Entry, string) {
 	}
 }
 
-func keys(entries []core.Entry) string {
+func keys(entries []protocol.Entry) string {
 	var b []string
 	for _, e := range entries {
 		b = append(b, e.Op[:1]+":"+e.Key)
@@ -187,9 +188,9 @@ func TestSnapshotThenLive(t *testing.T) {
 	_ = s.todos.Upsert(ctx, todo{"t6", "p8", "f", false})
 	_ = s.todos.Upsert(ctx, todo{"t1", "p8", "a", false})
 	_ = s.todos.Delete(ctx, todo{ID: "t2"})
-	var live []core.Entry
+	var live []protocol.Entry
 	for len(live) < 3 {
-		f := c.expect(core.FrameChanges)
+		f := c.expect(protocol.FrameChanges)
 		live = append(live, f.Entries...)
 	}
 	if got := keys(live); got != "u:t5 d:t1 d:t2" {
@@ -213,7 +214,7 @@ func TestResumeGetsExactlyTheMissedChanges(t *testing.T) {
 	c.send(`{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7"}}`)
 	c.collect("s1")
 	_ = s.todos.Upsert(ctx, todo{"t2", "p7", "b", false})
-	f := c.expect(core.FrameChanges)
+	f := c.expect(protocol.FrameChanges)
 	cursor := f.Cursor
 	c.ws.Close() // the socket drops
 
@@ -237,20 +238,20 @@ func TestUnauthorizedSubscribeGetsOnlyAnError(t *testing.T) {
 	c := s.dial(t, "u1", "p1")
 	c.hello()
 	c.send(`{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7"}}`)
-	f := c.expect(core.FrameError)
-	if f.ID != "s1" || f.Code != core.CodeForbidden {
+	f := c.expect(protocol.FrameError)
+	if f.ID != "s1" || f.Code != protocol.CodeForbidden {
 		t.Fatalf("got %+v", f)
 	}
 	// Nothing else arrives for s1: the next frame is the answer to a probe.
 	c.send(`{"v":1,"type":"unsubscribe","id":"s1"}`)
-	f = c.expect(core.FrameError)
-	if f.Code != core.CodeUnknownSub {
+	f = c.expect(protocol.FrameError)
+	if f.Code != protocol.CodeUnknownSub {
 		t.Fatalf("after the refusal got %+v", f)
 	}
 	anon := s.dial(t, "")
 	anon.hello()
 	anon.send(`{"v":1,"type":"subscribe","id":"a","resource":"todos","conditions":{"project_id":"p7"}}`)
-	if f := anon.expect(core.FrameError); f.Code != core.CodeUnauthenticated {
+	if f := anon.expect(protocol.FrameError); f.Code != protocol.CodeUnauthenticated {
 		t.Fatalf("anonymous got %+v", f)
 	}
 }
@@ -261,19 +262,19 @@ func TestSubscribeErrors(t *testing.T) {
 	c.hello()
 	for _, tt := range []struct {
 		frame string
-		code  core.Code
+		code  protocol.Code
 	}{
-		{`{"v":1,"type":"subscribe","id":"a","resource":"nope"}`, core.CodeUnknownResource},
-		{`{"v":1,"type":"subscribe","id":"b","resource":"todos","conditions":{"title":"x"}}`, core.CodeInvalidConditions},
-		{`{"v":1,"type":"subscribe","id":"c","resource":"todos","conditions":{"project_id":7}}`, core.CodeInvalidConditions},
-		{`{"v":1,"type":"subscribe","id":"d","resource":"todos","conditions":{"project_id":"p7"},"cursor":"garbage"}`, core.CodeInvalidCursor},
-		{`{"v":1,"type":"subscribe","id":"e","resource":"todos"}`, core.CodeForbidden},
-		{`not json`, core.CodeBadFrame},
-		{`{"v":1,"type":"teleport"}`, core.CodeUnknownType},
-		{`{"v":1,"type":"hello"}`, core.CodeBadFrame},
+		{`{"v":1,"type":"subscribe","id":"a","resource":"nope"}`, protocol.CodeUnknownResource},
+		{`{"v":1,"type":"subscribe","id":"b","resource":"todos","conditions":{"title":"x"}}`, protocol.CodeInvalidConditions},
+		{`{"v":1,"type":"subscribe","id":"c","resource":"todos","conditions":{"project_id":7}}`, protocol.CodeInvalidConditions},
+		{`{"v":1,"type":"subscribe","id":"d","resource":"todos","conditions":{"project_id":"p7"},"cursor":"garbage"}`, protocol.CodeInvalidCursor},
+		{`{"v":1,"type":"subscribe","id":"e","resource":"todos"}`, protocol.CodeForbidden},
+		{`not json`, protocol.CodeBadFrame},
+		{`{"v":1,"type":"teleport"}`, protocol.CodeUnknownType},
+		{`{"v":1,"type":"hello"}`, protocol.CodeBadFrame},
 	} {
 		c.send(tt.frame)
-		if f := c.expect(core.FrameError); f.Code != tt.code {
+		if f := c.expect(protocol.FrameError); f.Code != tt.code {
 			t.Errorf("%s: got %+v, want %s", tt.frame, f, tt.code)
 		}
 	}
@@ -281,7 +282,7 @@ func TestSubscribeErrors(t *testing.T) {
 	c.send(`{"v":1,"type":"subscribe","id":"ok","resource":"todos","conditions":{"project_id":"p7"}}`)
 	c.collect("ok")
 	c.send(`{"v":1,"type":"subscribe","id":"ok","resource":"todos","conditions":{"project_id":"p7"}}`)
-	if f := c.expect(core.FrameError); f.Code != core.CodeDuplicateSub {
+	if f := c.expect(protocol.FrameError); f.Code != protocol.CodeDuplicateSub {
 		t.Fatalf("duplicate id: %+v", f)
 	}
 }
@@ -290,30 +291,30 @@ func TestHelloRequiredAndVersionSkew(t *testing.T) {
 	s := newServer(t, core.Config{BuildID: "v2"})
 	c := s.dial(t, "u1", "p7")
 	c.send(`{"v":1,"type":"subscribe","id":"a","resource":"todos"}`)
-	if f := c.expect(core.FrameError); f.Code != core.CodeHelloRequired {
+	if f := c.expect(protocol.FrameError); f.Code != protocol.CodeHelloRequired {
 		t.Fatalf("%+v", f)
 	}
 	_, _, err := c.ws.ReadMessage()
-	if !websocket.IsCloseError(err, core.ClosePolicy) {
+	if !websocket.IsCloseError(err, int(protocol.ClosePolicy)) {
 		t.Fatalf("want close 1008, got %v", err)
 	}
 
 	c = s.dial(t, "u1", "p7")
 	c.send(`{"v":2,"type":"hello"}`)
-	if f := c.expect(core.FrameError); f.Code != core.CodeUnsupportedVersion {
+	if f := c.expect(protocol.FrameError); f.Code != protocol.CodeUnsupportedVersion {
 		t.Fatalf("%+v", f)
 	}
 	_, _, err = c.ws.ReadMessage()
-	if !websocket.IsCloseError(err, core.CloseVersionSkew) {
+	if !websocket.IsCloseError(err, int(protocol.CloseVersionSkew)) {
 		t.Fatalf("want close 4000, got %v", err)
 	}
 
 	c = s.dial(t, "u1", "p7")
 	c.send(`{"v":1,"type":"hello","build":"v1"}`)
-	if f := c.expect(core.FrameWelcome); f.Build != "v2" {
+	if f := c.expect(protocol.FrameWelcome); f.Build != "v2" {
 		t.Fatalf("%+v", f)
 	}
-	if f := c.expect(core.FrameUpdateAvailable); f.Build != "v2" {
+	if f := c.expect(protocol.FrameUpdateAvailable); f.Build != "v2" {
 		t.Fatalf("%+v", f)
 	}
 }
@@ -327,7 +328,7 @@ func TestShutdownClosesWithDrain(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.e.Shutdown(context.Background()) }()
 	_, _, err := c.ws.ReadMessage()
-	if !websocket.IsCloseError(err, core.CloseDrain) {
+	if !websocket.IsCloseError(err, int(protocol.CloseDrain)) {
 		t.Fatalf("want close 4002, got %v", err)
 	}
 	c.ws.Close()
@@ -369,19 +370,19 @@ func TestUnusableCursorsReset(t *testing.T) {
 	c.hello()
 	c.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
 	_, cursor := c.collect("s")
-	cur, err := core.ParseCursor(cursor)
+	cur, err := protocol.ParseCursor(cursor)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ahead := core.Cursor{Epoch: cur.Epoch, Pos: cur.Pos + 1000}
-	other := core.Cursor{Epoch: "another", Pos: cur.Pos}
+	ahead := protocol.Cursor{Epoch: cur.Epoch, Pos: cur.Pos + 1000}
+	other := protocol.Cursor{Epoch: "another", Pos: cur.Pos}
 	for i, tt := range []struct {
-		cursor core.Cursor
-		reason string
+		cursor protocol.Cursor
+		reason protocol.ResetReason
 	}{{ahead, "cursor_ahead"}, {other, "epoch_changed"}} {
 		id := fmt.Sprintf("r%d", i)
 		c.send(`{"v":1,"type":"subscribe","id":"` + id + `","resource":"todos","conditions":{"project_id":"p7"},"cursor":"` + tt.cursor.String() + `"}`)
-		f := c.expect(core.FrameReset)
+		f := c.expect(protocol.FrameReset)
 		if f.ID != id || f.Reason != tt.reason {
 			t.Fatalf("got %+v, want reset %s", f, tt.reason)
 		}

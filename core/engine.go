@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/internal/backoff"
 	"github.com/tidesync/tide/core/feed/memfeed"
+	"github.com/tidesync/tide/core/internal/backoff"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Engine is tide's server side: the resource registry, the tailer that reads
@@ -45,7 +46,7 @@ type Engine struct {
 }
 
 // ErrDraining is returned once Shutdown has begun.
-var ErrDraining = &Error{Code: CodeDraining, Message: "the server is shutting down"}
+var ErrDraining = &protocol.Error{Code: protocol.CodeDraining, Message: "the server is shutting down"}
 
 // New returns an engine for cfg. It validates the configuration and starts no
 // goroutines.
@@ -172,7 +173,7 @@ func (e *Engine) tailLoop() {
 		if pos, err = e.feed.Head(ctx); err == nil {
 			// A feed may learn its epoch on first contact with its store,
 			// so it is read after Head succeeds.
-			if e.epoch = e.feed.Epoch(); validEpoch(e.epoch) {
+			if e.epoch = e.feed.Epoch(); protocol.ValidEpoch(e.epoch) {
 				break
 			}
 			err = fmt.Errorf("feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
@@ -250,7 +251,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	for _, c := range conns {
-		c.closeWith(CloseDrain, "server draining")
+		c.closeWith(protocol.CloseDrain, "server draining")
 	}
 	e.cancel()
 	done := make(chan struct{})

@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -65,7 +66,7 @@ func FuzzServeFrame(f *testing.F) {
 		}
 		ws = c
 	}
-	documentedClose := map[int]bool{core.ClosePolicy: true, core.CloseVersionSkew: true}
+	documentedClose := map[int]bool{int(protocol.ClosePolicy): true, int(protocol.CloseVersionSkew): true}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -90,14 +91,14 @@ func FuzzServeFrame(f *testing.F) {
 				ws = nil
 				return
 			}
-			fr, err := core.DecodeServerFrame(data)
+			fr, err := protocol.DecodeServerFrame(data)
 			if err != nil {
 				t.Fatalf("after %q: server sent an invalid frame %s: %v", frame, data, err)
 			}
-			if fr.Type == core.FrameError && fr.Code == "" {
+			if fr.Type == protocol.FrameError && fr.Code == "" {
 				t.Fatalf("error frame without code: %s", data)
 			}
-			if fr.Type == core.FrameError && fr.ID == id {
+			if fr.Type == protocol.FrameError && fr.ID == id {
 				return // the probe's answer: the connection still serves
 			}
 		}

@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 func TestHistory(t *testing.T) {
-	s := &feed.Schema{Name: "r", Columns: []feed.Column{{Name: "id", Kind: feed.KindString}, {Name: "t", Kind: feed.KindString}}, Scope: []int{1}}
+	s := &feed.Schema{Name: "r", Columns: []protocol.Column{{Name: "id", Kind: protocol.KindString}, {Name: "t", Kind: protocol.KindString}}, Scope: []int{1}}
 	h := newHistory(4)
 	h.reset(10)
 	batch := func(ps ...feed.Position) []feed.Change {

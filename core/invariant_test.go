@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // seed returns the seed for a randomized test: TIDE_SEED if set, else a new
@@ -40,7 +41,7 @@ type checkedMirror struct {
 	caughtUp   chan struct{} // closed at the first caught-up
 	once       sync.Once
 	mu         sync.Mutex
-	last       core.Cursor
+	last       protocol.Cursor
 	has        bool
 	violations []string
 }
@@ -51,7 +52,7 @@ func (m *checkedMirror) Apply(ctx context.Context, b client.Batch) error {
 		m.has = false
 	}
 	if b.Cursor != "" {
-		cur, err := core.ParseCursor(b.Cursor)
+		cur, err := protocol.ParseCursor(b.Cursor)
 		if err != nil {
 			m.violations = append(m.violations, fmt.Sprintf("unparsable cursor %q", b.Cursor))
 		} else if m.has && cur.Epoch == m.last.Epoch {
@@ -225,7 +226,7 @@ func expectedRows(t *testing.T, s *server, conds map[string]any) map[string]json
 	}
 	out := map[string]json.RawMessage{}
 	for _, r := range rows {
-		_, row, _ := core.EncodeRow(r)
+		_, row, _ := protocol.EncodeRow(r)
 		out[r.ID] = row
 	}
 	return out

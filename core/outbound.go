@@ -9,6 +9,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // outItem is one queued write: a whole frame, or live entries of a
@@ -16,10 +17,10 @@ import (
 // per subscription, so a burst of changes costs one frame per socket, not
 // one per change.
 type outItem struct {
-	sub       *subscription // set for live entries
-	live      liveBatch     // the live entries (shared: never modified)
-	data      []byte        // the frame; the close reason for a close item
-	closeCode int           // nonzero: close the connection with this code after the items before it
+	sub       *subscription      // set for live entries
+	live      liveBatch          // the live entries (shared: never modified)
+	data      []byte             // the frame; the close reason for a close item
+	closeCode protocol.CloseCode // nonzero: close the connection with this code after the items before it
 }
 
 func (it *outItem) size() int { return len(it.data) + it.live.bytes }
@@ -156,13 +157,13 @@ func (c *conn) noteDrop(s *subscription) {
 	c.kickLocked()
 	c.mu.Unlock()
 	if over {
-		go c.closeWith(CloseOverloaded, "backpressure")
+		go c.closeWith(protocol.CloseOverloaded, "backpressure")
 	}
 }
 
 // closeAfterFlush queues a close with code after the frames already queued,
 // so an error frame explaining the close reaches the client first.
-func (c *conn) closeAfterFlush(code int, reason string) {
+func (c *conn) closeAfterFlush(code protocol.CloseCode, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing || c.out.closeQueued {
@@ -319,7 +320,7 @@ func (c *conn) writeEntries(run []outItem) error {
 			}
 			last, n, end = run[k].live.last(), n+run[k].live.len(), k+1
 		}
-		b := appendLiveChangesStart((*bp)[:0], s.idJSON, c.e.epoch, last)
+		b := protocol.AppendLiveChangesStart((*bp)[:0], s.idJSON, c.e.epoch, uint64(last))
 		sep := false
 		for k := i; k < end; k++ {
 			if run[k].sub != s {
@@ -334,7 +335,7 @@ func (c *conn) writeEntries(run []outItem) error {
 			}
 			run[k].sub = nil
 		}
-		b = appendChangesEnd(b)
+		b = protocol.AppendChangesEnd(b)
 		*bp = b
 		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
 			return err

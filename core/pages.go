@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // entryFor returns the entry a principal receives for a change, or nil if it
@@ -52,7 +53,7 @@ func (r *resource) see(p authz.Principal, c *feed.Change, enc *entryBytes, snaps
 	switch {
 	case c.Op == feed.OpUpsert && visible:
 		if enc.upsert == nil {
-			enc.upsert = appendEntry(make([]byte, 0, len(c.Row)+len(c.Key)+48), "upsert", c.Key, c.Row, c.Origin)
+			enc.upsert = protocol.AppendEntry(make([]byte, 0, len(c.Row)+len(c.Key)+48), "upsert", c.Key, c.Row, c.Origin)
 		}
 		return enc.upsert
 	case c.Op == feed.OpUpsert && snapshot:
@@ -61,7 +62,7 @@ func (r *resource) see(p authz.Principal, c *feed.Change, enc *entryBytes, snaps
 		return enc.view.hiddenDelete(c)
 	case visible:
 		if enc.delete == nil {
-			enc.delete = appendEntry(nil, "delete", c.Key, nil, c.Origin)
+			enc.delete = protocol.AppendEntry(nil, "delete", c.Key, nil, c.Origin)
 		}
 		return enc.delete
 	}
@@ -78,7 +79,7 @@ type rowView struct {
 
 func (v *rowView) hiddenDelete(c *feed.Change) []byte {
 	if v.hidden == nil {
-		v.hidden = appendEntry(nil, "delete", c.Key, nil, "")
+		v.hidden = protocol.AppendEntry(nil, "delete", c.Key, nil, "")
 	}
 	return v.hidden
 }
@@ -171,9 +172,9 @@ func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapsh
 		pg.buf = append(pg.buf, ',')
 	}
 	if c.Op == feed.OpUpsert {
-		pg.buf = appendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
+		pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
 	} else {
-		pg.buf = appendEntry(pg.buf, "delete", c.Key, nil, c.Origin)
+		pg.buf = protocol.AppendEntry(pg.buf, "delete", c.Key, nil, c.Origin)
 	}
 	pg.n++
 }
@@ -189,7 +190,7 @@ func (pg *page) frame(header []byte) []byte {
 	} else {
 		f = append(header, pg.entries()...)
 	}
-	return appendChangesEnd(f)
+	return protocol.AppendChangesEnd(f)
 }
 
 // replayPage reads the next page of the changes of sc in (after, until]:

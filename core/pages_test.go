@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 type filtered struct {
@@ -17,7 +18,7 @@ type filtered struct {
 
 func change(t *testing.T, op feed.Op, row filtered, origin string) feed.Change {
 	t.Helper()
-	key, js, err := EncodeRow(row)
+	key, js, err := protocol.EncodeRow(row)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // PollRequest asks for the next page of a scope, for clients that poll over
@@ -24,7 +25,7 @@ type PollRequest struct {
 // with the entries after the cursor, the cursor to send next and "more"
 // (poll again at once), or a reset frame when the cursor is unusable (drop
 // the copy of the scope and poll again without a cursor). The pages are the
-// ones a WebSocket subscription gets. Refusals are *Error values.
+// ones a WebSocket subscription gets. Refusals are *protocol.Error values.
 func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) ([]byte, error) {
 	if e.Draining() {
 		return nil, ErrDraining
@@ -32,29 +33,29 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	if err := e.awaitReady(ctx); err != nil {
 		return nil, err
 	}
-	if req.V != ProtocolVersion {
-		return nil, errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, ProtocolVersion)
+	if req.V != protocol.Version {
+		return nil, protocol.Errorf(protocol.CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, protocol.Version)
 	}
 	r := e.resource(req.Resource)
 	if r == nil {
-		return nil, errorf(CodeUnknownResource, "no resource %q", truncate(req.Resource, 64))
+		return nil, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(req.Resource, 64))
 	}
-	if len(req.Conditions) > maxConditionsN {
-		return nil, errorf(CodeTooManyConditions, "at most %d conditions", maxConditionsN)
+	if len(req.Conditions) > protocol.MaxConditionsN {
+		return nil, protocol.Errorf(protocol.CodeTooManyConditions, "at most %d conditions", protocol.MaxConditionsN)
 	}
 	scope, perr := parseConditions(r.schema, req.Conditions, e.cfg.MaxConditions, e.cfg.MaxConditionValues)
 	if perr != nil {
 		return nil, perr
 	}
-	var cur Cursor
+	var cur protocol.Cursor
 	if req.Cursor != "" {
 		var err error
-		if cur, err = ParseCursor(req.Cursor); err != nil {
-			return nil, errorf(CodeInvalidCursor, "the cursor is not one this server issued")
+		if cur, err = protocol.ParseCursor(req.Cursor); err != nil {
+			return nil, protocol.Errorf(protocol.CodeInvalidCursor, "the cursor is not one this server issued")
 		}
 	}
 	if req.Limit < 0 {
-		return nil, errorf(CodeBadFrame, "limit must not be negative")
+		return nil, protocol.Errorf(protocol.CodeBadFrame, "limit must not be negative")
 	}
 	limit := e.normalizeLimit(req.Limit)
 	if err := r.authorize(ctx, p, scope); err != nil {
@@ -63,7 +64,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	switch {
 	case req.Cursor != "" && cur.Epoch != e.epoch:
 		e.stats.resets.Add(1)
-		return encodePollReset("epoch_changed"), nil
+		return protocol.Reset("", protocol.ResetEpochChanged), nil
 	case req.Cursor == "" || cur.Snapshot:
 		pg, err := e.snapshotPage(ctx, r, p, scope, cur.After, cur.Snapshot, limit)
 		if err != nil {
@@ -71,9 +72,9 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 		}
 		start := pg.pos
 		if cur.Snapshot {
-			start = cur.Pos
+			start = feed.Position(cur.Pos)
 		}
-		next := Cursor{Epoch: e.epoch, Pos: start}
+		next := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start)}
 		if pg.read == limit {
 			next.Snapshot, next.After = true, pg.lastKey
 		}
@@ -83,14 +84,14 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 		if err != nil {
 			return nil, err
 		}
-		if cur.Pos > hw {
+		if feed.Position(cur.Pos) > hw {
 			e.stats.resets.Add(1)
-			return encodePollReset("cursor_ahead"), nil
+			return protocol.Reset("", protocol.ResetCursorAhead), nil
 		}
-		pg, err := e.replayPage(ctx, r, p, scope, cur.Pos, hw, limit)
+		pg, err := e.replayPage(ctx, r, p, scope, feed.Position(cur.Pos), hw, limit)
 		if errors.Is(err, feed.ErrCursorExpired) {
 			e.stats.resets.Add(1)
-			return encodePollReset("cursor_expired"), nil
+			return protocol.Reset("", protocol.ResetCursorExpired), nil
 		}
 		if err != nil {
 			return nil, err
@@ -100,20 +101,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 }
 
 func encodePollPage(pg page, cursor string, more bool) []byte {
-	b := appendFrameStart(make([]byte, 0, len(pg.entries())+128), FrameChanges)
-	b = appendField(b, "cursor", cursor)
-	if more {
-		b = append(b, `,"more":true`...)
-	} else {
-		b = append(b, `,"more":false`...)
-	}
-	b = append(b, `,"entries":[`...)
+	b := protocol.AppendPollStart(make([]byte, 0, len(pg.entries())+128), cursor, more)
 	b = append(b, pg.entries()...)
-	return appendChangesEnd(b)
-}
-
-func encodePollReset(reason string) []byte {
-	b := appendFrameStart(nil, FrameReset)
-	b = appendField(b, "reason", reason)
-	return append(b, '}')
+	return protocol.AppendChangesEnd(b)
 }

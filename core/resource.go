@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Registration errors. Register wraps them with the resource and field at
@@ -65,7 +66,7 @@ type Resource[T any] struct {
 // resource is the engine's untyped view of a registered resource.
 type resource struct {
 	schema *feed.Schema
-	codec  *codec
+	codec  *protocol.RowCodec
 	policy authz.Policy // guarded: token grants first, panics recovered; nil denies
 	filter *rowFilter   // nil: every row is visible
 }
@@ -80,11 +81,11 @@ type Table[T any] struct {
 }
 
 // Register declares a resource on the engine. It validates the struct and
-// returns an error wrapping ErrNoPrimaryKey, ErrBadTag, ErrUnsupportedType,
+// returns an error wrapping protocol.ErrNoPrimaryKey, protocol.ErrBadTag, protocol.ErrUnsupportedType,
 // ErrInvalidResource or ErrDuplicateResource when the declaration is wrong.
 // Resources may be registered before or after the engine starts serving.
 func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
-	c, err := codecFor(reflect.TypeFor[T]())
+	c, err := protocol.CodecFor(reflect.TypeFor[T]())
 	if err != nil {
 		return nil, fmt.Errorf("tide: register %s: %w", r.Table, err)
 	}
@@ -92,7 +93,7 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 		return nil, fmt.Errorf("tide: register %s: %w: Table is required", reflect.TypeFor[T](), ErrInvalidResource)
 	}
 	for _, part := range strings.Split(r.Table, ".") {
-		if err := validIdent(part); err != nil {
+		if err := protocol.ValidIdent(part); err != nil {
 			return nil, fmt.Errorf("tide: register %s: %w: table: %v", r.Table, ErrInvalidResource, err)
 		}
 	}
@@ -103,10 +104,11 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	if name == "" {
 		name = r.Table[strings.LastIndexByte(r.Table, '.')+1:]
 	}
-	if err := validIdent(name); err != nil {
+	if err := protocol.ValidIdent(name); err != nil {
 		return nil, fmt.Errorf("tide: register %s: %w: name: %v", r.Table, ErrInvalidResource, err)
 	}
-	res := &resource{schema: c.schema(name, r.Table), codec: c, policy: guardPolicy(r.Authorize)}
+	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope()}
+	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize)}
 	if r.Filter != nil {
 		res.filter = newRowFilter(c, r.Filter, e.cfg.Logger.With("resource", name))
 	}
@@ -130,7 +132,7 @@ func (t *Table[T]) Schema() *feed.Schema { return t.res.schema }
 func (t *Table[T]) Upsert(ctx context.Context, rows ...T) error {
 	muts := make([]feed.Mutation, len(rows))
 	for i, row := range rows {
-		key, scope, js, err := t.res.codec.encode(reflect.ValueOf(row))
+		key, scope, js, err := t.res.codec.Encode(reflect.ValueOf(row))
 		if err != nil {
 			return fmt.Errorf("tide: upsert %s: %w", t.Name(), err)
 		}
@@ -144,7 +146,7 @@ func (t *Table[T]) Upsert(ctx context.Context, rows ...T) error {
 func (t *Table[T]) Delete(ctx context.Context, rows ...T) error {
 	muts := make([]feed.Mutation, len(rows))
 	for i, row := range rows {
-		key := keyText(reflect.ValueOf(row).Field(t.res.codec.fields[t.res.codec.key].field))
+		key := t.res.codec.KeyOf(reflect.ValueOf(row))
 		muts[i] = feed.Mutation{Schema: t.res.schema, Op: feed.OpDelete, Key: key}
 	}
 	return t.apply(ctx, muts)
@@ -175,7 +177,7 @@ func (t *Table[T]) Rows(ctx context.Context, conditions map[string]any) ([]T, er
 		}
 		raw[k] = b
 	}
-	sc, cerr := parseConditions(t.res.schema, raw, maxConditionsN, 1<<16)
+	sc, cerr := parseConditions(t.res.schema, raw, protocol.MaxConditionsN, 1<<16)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -203,7 +205,7 @@ func (t *Table[T]) Rows(ctx context.Context, conditions map[string]any) ([]T, er
 // Decode decodes a JSON row of this resource into a T.
 func (t *Table[T]) Decode(row json.RawMessage) (T, error) {
 	var out T
-	err := t.res.codec.decode(row, reflect.ValueOf(&out).Elem())
+	err := t.res.codec.Decode(row, reflect.ValueOf(&out).Elem())
 	return out, err
 }
 
@@ -253,11 +255,11 @@ type rowFilter struct {
 	badRows atomic.Int64
 }
 
-func newRowFilter[T any](c *codec, f authz.RowFilter[T], log *slog.Logger) *rowFilter {
+func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.Logger) *rowFilter {
 	return &rowFilter{
 		decode: func(row json.RawMessage) (any, error) {
 			v := new(T)
-			if err := c.decode(row, reflect.ValueOf(v).Elem()); err != nil {
+			if err := c.Decode(row, reflect.ValueOf(v).Elem()); err != nil {
 				return nil, err
 			}
 			return v, nil

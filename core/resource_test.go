@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidesync/tide/core/protocol"
 )
 
 type goodRow struct {
@@ -110,43 +112,43 @@ func TestRegisterErrors(t *testing.T) {
 	}
 	t.Run("no primary key", func(t *testing.T) {
 		_, err := Register(e, Resource[noPK]{Table: "a"})
-		check(t, err, ErrNoPrimaryKey, "primary key")
+		check(t, err, protocol.ErrNoPrimaryKey, "primary key")
 	})
 	t.Run("two primary keys", func(t *testing.T) {
 		_, err := Register(e, Resource[twoPK]{Table: "a"})
-		check(t, err, ErrBadTag, "composite")
+		check(t, err, protocol.ErrBadTag, "composite")
 	})
 	t.Run("unknown tag option", func(t *testing.T) {
 		_, err := Register(e, Resource[badOpt]{Table: "a"})
-		check(t, err, ErrBadTag, `unknown tag option "primary"`)
+		check(t, err, protocol.ErrBadTag, `unknown tag option "primary"`)
 	})
 	t.Run("unsupported field type", func(t *testing.T) {
 		_, err := Register(e, Resource[badType]{Table: "a"})
-		check(t, err, ErrUnsupportedType, "Tags")
+		check(t, err, protocol.ErrUnsupportedType, "Tags")
 	})
 	t.Run("float scope", func(t *testing.T) {
 		_, err := Register(e, Resource[floatScope]{Table: "a"})
-		check(t, err, ErrUnsupportedType, "scope column")
+		check(t, err, protocol.ErrUnsupportedType, "scope column")
 	})
 	t.Run("pointer pk", func(t *testing.T) {
 		_, err := Register(e, Resource[ptrPK]{Table: "a"})
-		check(t, err, ErrUnsupportedType, "primary key")
+		check(t, err, protocol.ErrUnsupportedType, "primary key")
 	})
 	t.Run("duplicate column", func(t *testing.T) {
 		_, err := Register(e, Resource[dupCol]{Table: "a"})
-		check(t, err, ErrBadTag, `column "a"`)
+		check(t, err, protocol.ErrBadTag, `column "a"`)
 	})
 	t.Run("unexported field", func(t *testing.T) {
 		_, err := Register(e, Resource[unexported]{Table: "a"})
-		check(t, err, ErrBadTag, "not exported")
+		check(t, err, protocol.ErrBadTag, "not exported")
 	})
 	t.Run("struct field", func(t *testing.T) {
 		_, err := Register(e, Resource[structField]{Table: "a"})
-		check(t, err, ErrUnsupportedType, "Sub")
+		check(t, err, protocol.ErrUnsupportedType, "Sub")
 	})
 	t.Run("not a struct", func(t *testing.T) {
 		_, err := Register(e, Resource[string]{Table: "a"})
-		check(t, err, ErrUnsupportedType, "not a struct")
+		check(t, err, protocol.ErrUnsupportedType, "not a struct")
 	})
 	t.Run("missing table", func(t *testing.T) {
 		_, err := Register(e, Resource[goodRow]{})
@@ -166,129 +168,5 @@ func TestRegisterErrors(t *testing.T) {
 		}
 		_, err := Register(e, Resource[goodRow]{Table: "other.dups"})
 		check(t, err, ErrDuplicateResource, "dups")
-	})
-}
-
-func TestRowRoundTrip(t *testing.T) {
-	note := "n\"ote"
-	var cnt uint16 = 7
-	in := goodRow{
-		ID: "t1", ProjectID: "p7", Owner: -3, Title: "hé\nllo", Done: true, Score: 1.5,
-		At: time.Date(2026, 11, 30, 15, 4, 5, 123456000, time.UTC), Note: &note,
-		Blob: []byte{0, 1, 2, 255}, Meta: json.RawMessage(`{"a":[1,2]}`), Count: &cnt,
-		Ignored: "x", Skipped: "y",
-	}
-	key, row, err := EncodeRow(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "t1" || !json.Valid(row) {
-		t.Fatalf("key %q row %s", key, row)
-	}
-	out, err := DecodeRow[goodRow](row)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.Ignored, in.Skipped = "", ""
-	if !out.At.Equal(in.At) {
-		t.Fatalf("time %v != %v", out.At, in.At)
-	}
-	out.At = in.At
-	a, _ := json.Marshal(in)
-	b, _ := json.Marshal(out)
-	if string(a) != string(b) {
-		t.Fatalf("round trip:\n in %s\nout %s", a, b)
-	}
-	// Nil pointers and slices are null.
-	_, row, err = EncodeRow(goodRow{ID: "t2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	_ = json.Unmarshal(row, &m)
-	for _, col := range []string{"note", "blob", "meta", "count"} {
-		if v, ok := m[col]; !ok || v != nil {
-			t.Fatalf("%s = %v, want null", col, v)
-		}
-	}
-}
-
-func TestEncodeRejectsUnencodable(t *testing.T) {
-	type f struct {
-		ID string  `tide:"id,pk"`
-		X  float64 `tide:"x"`
-	}
-	type j struct {
-		ID string          `tide:"id,pk"`
-		M  json.RawMessage `tide:"m"`
-	}
-	nan := 0.0
-	nan = nan / nan
-	if _, _, err := EncodeRow(f{ID: "a", X: nan}); err == nil {
-		t.Fatal("NaN encoded")
-	}
-	if _, _, err := EncodeRow(j{ID: "a", M: json.RawMessage("{")}); err == nil {
-		t.Fatal("invalid raw JSON encoded")
-	}
-}
-
-func TestKeyAndScopeText(t *testing.T) {
-	type r struct {
-		ID    uint64 `tide:"id,pk"`
-		Org   int8   `tide:"org,scope"`
-		Flag  bool   `tide:"flag,scope"`
-		Title string `tide:"title"`
-	}
-	c, err := codecFor(typeOf[r]())
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, scope, _, err := c.encode(valueOf(r{ID: 18446744073709551615, Org: -128, Flag: true}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "18446744073709551615" || scope[0] != "-128" || scope[1] != "true" {
-		t.Fatalf("key %q scope %q", key, scope)
-	}
-}
-
-// FuzzDecodeRowFast: wherever the fast row decoder answers, it agrees with
-// the encoding/json path.
-func FuzzDecodeRowFast(f *testing.F) {
-	for _, s := range []string{
-		`{"id":"t1","project_id":"p7","owner":-3,"title":"hi","done":true,"score":1.5,"at":"2026-11-30T15:04:05.123456Z","note":"n","blob":"AAEC/w==","meta":{"a":[1,2]},"count":7}`,
-		`{"id": "t2", "owner": 9223372036854775807, "note": null, "count": null, "extra": [1, {"x": "y"}]}`,
-		`{"id":"t3","at":"2026-11-30T15:04:05+02:00","score":-1e-7,"meta":null}`,
-		`{"id":"t\u00e9","owner":1.0}`, `{}`, `{"count":70000}`, `{"id":"a","id":"b"}`,
-	} {
-		f.Add([]byte(s))
-	}
-	c, err := codecFor(typeOf[goodRow]())
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var fast goodRow
-		if !c.decodeFast(data, valueOf(&fast).Elem()) {
-			return
-		}
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(data, &obj); err != nil {
-			t.Fatalf("fast path accepted %q, encoding/json refuses it: %v", data, err)
-		}
-		var slow goodRow
-		sv := valueOf(&slow).Elem()
-		for _, fc := range c.fields {
-			if raw, ok := obj[fc.col.Name]; ok {
-				if err := json.Unmarshal(raw, sv.Field(fc.field).Addr().Interface()); err != nil {
-					t.Fatalf("fast path accepted %q, encoding/json refuses column %s: %v", data, fc.col.Name, err)
-				}
-			}
-		}
-		a, _ := json.Marshal(fast)
-		b, _ := json.Marshal(slow)
-		if string(a) != string(b) || !fast.At.Equal(slow.At) {
-			t.Fatalf("%q:\nfast %s\nslow %s", data, a, b)
-		}
 	})
 }

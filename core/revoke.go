@@ -5,6 +5,7 @@ import (
 	"reflect"
 
 	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Revoke ends, now, every connection of the principal with this id: each
@@ -101,8 +102,8 @@ func (c *conn) revoke() {
 	for _, s := range subs {
 		s.close() // the writer skips live entries of closed subscriptions
 	}
-	c.sendError("", errorf(CodeUnauthenticated, "access revoked"))
-	c.closeAfterFlush(ClosePolicy, "access revoked")
+	c.sendError("", protocol.Errorf(protocol.CodeUnauthenticated, "access revoked"))
+	c.closeAfterFlush(protocol.ClosePolicy, "access revoked")
 }
 
 // reauthorize re-runs the policy of each of the connection's subscriptions

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // TestSlowConsumer: one client stops reading while a writer keeps writing.
@@ -108,7 +109,7 @@ func TestBackpressureCloses(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		if !websocket.IsCloseError(err, core.CloseOverloaded) {
+		if !websocket.IsCloseError(err, int(protocol.CloseOverloaded)) {
 			t.Fatalf("want close 1013, got %v", err)
 		}
 		return
@@ -126,7 +127,7 @@ func TestIdleSweep(t *testing.T) {
 	live.hello()
 	live.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
 	live.collect("s")
-	liveFrames := make(chan core.ServerFrame, 16)
+	liveFrames := make(chan protocol.ServerFrame, 16)
 	go func() {
 		for {
 			_ = live.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -135,7 +136,7 @@ func TestIdleSweep(t *testing.T) {
 				close(liveFrames)
 				return
 			}
-			f, _ := core.DecodeServerFrame(data)
+			f, _ := protocol.DecodeServerFrame(data)
 			liveFrames <- f
 		}
 	}()
@@ -145,7 +146,7 @@ func TestIdleSweep(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		if !websocket.IsCloseError(err, core.CloseIdle) {
+		if !websocket.IsCloseError(err, int(protocol.CloseIdle)) {
 			t.Fatalf("want close 4001, got %v", err)
 		}
 		break
@@ -153,7 +154,7 @@ func TestIdleSweep(t *testing.T) {
 	// The live peer outlived the idle timeout and still gets changes.
 	_ = s.todos.Upsert(context.Background(), todo{ID: "after", ProjectID: "p7"})
 	f, ok := <-liveFrames
-	if !ok || f.Type != core.FrameChanges || f.Entries[0].Key != "after" {
+	if !ok || f.Type != protocol.FrameChanges || f.Entries[0].Key != "after" {
 		t.Fatalf("live client got %+v (open=%v)", f, ok)
 	}
 }
@@ -173,19 +174,19 @@ func TestHostileFrames(t *testing.T) {
 		hello     bool // send hello first
 		frame     string
 		binary    bool
-		code      core.Code
+		code      protocol.Code
 		closeCode int // 0: the connection stays open
 	}{
-		{name: "garbage before hello", frame: `\x00\x01garbage`, code: core.CodeBadFrame, closeCode: core.ClosePolicy},
-		{name: "truncated hello", frame: `{"v":1,"type":"hel`, code: core.CodeBadFrame, closeCode: core.ClosePolicy},
-		{name: "wrong version", frame: `{"v":9,"type":"hello"}`, code: core.CodeUnsupportedVersion, closeCode: core.CloseVersionSkew},
-		{name: "oversized", hello: true, frame: big, code: core.CodeFrameTooLarge},
-		{name: "binary", hello: true, frame: `{"v":1,"type":"hello"}`, binary: true, code: core.CodeBadFrame},
-		{name: "truncated subscribe", hello: true, frame: `{"v":1,"type":"subscribe","id":"x","reso`, code: core.CodeBadFrame},
-		{name: "wrong version after hello", hello: true, frame: `{"v":0.5,"type":"subscribe"}`, code: core.CodeBadFrame},
-		{name: "null", hello: true, frame: `null`, code: core.CodeBadFrame},
-		{name: "deeply nested", hello: true, frame: `{"v":1,"type":"subscribe","id":"d","resource":"todos","conditions":{"project_id":` + strings.Repeat("[", 400) + strings.Repeat("]", 400) + `}}`, code: core.CodeInvalidConditions},
-		{name: "bad condition shape", hello: true, frame: `{"v":1,"type":"subscribe","id":"d","resource":"todos","conditions":{"project_id":{"in":"p7"}}}`, code: core.CodeInvalidConditions},
+		{name: "garbage before hello", frame: `\x00\x01garbage`, code: protocol.CodeBadFrame, closeCode: int(protocol.ClosePolicy)},
+		{name: "truncated hello", frame: `{"v":1,"type":"hel`, code: protocol.CodeBadFrame, closeCode: int(protocol.ClosePolicy)},
+		{name: "wrong version", frame: `{"v":9,"type":"hello"}`, code: protocol.CodeUnsupportedVersion, closeCode: int(protocol.CloseVersionSkew)},
+		{name: "oversized", hello: true, frame: big, code: protocol.CodeFrameTooLarge},
+		{name: "binary", hello: true, frame: `{"v":1,"type":"hello"}`, binary: true, code: protocol.CodeBadFrame},
+		{name: "truncated subscribe", hello: true, frame: `{"v":1,"type":"subscribe","id":"x","reso`, code: protocol.CodeBadFrame},
+		{name: "wrong version after hello", hello: true, frame: `{"v":0.5,"type":"subscribe"}`, code: protocol.CodeBadFrame},
+		{name: "null", hello: true, frame: `null`, code: protocol.CodeBadFrame},
+		{name: "deeply nested", hello: true, frame: `{"v":1,"type":"subscribe","id":"d","resource":"todos","conditions":{"project_id":` + strings.Repeat("[", 400) + strings.Repeat("]", 400) + `}}`, code: protocol.CodeInvalidConditions},
+		{name: "bad condition shape", hello: true, frame: `{"v":1,"type":"subscribe","id":"d","resource":"todos","conditions":{"project_id":{"in":"p7"}}}`, code: protocol.CodeInvalidConditions},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := s.dial(t, "u", "p7")
@@ -199,7 +200,7 @@ func TestHostileFrames(t *testing.T) {
 			if err := c.ws.WriteMessage(mt, []byte(tt.frame)); err != nil {
 				t.Fatal(err)
 			}
-			if f := c.expect(core.FrameError); f.Code != tt.code {
+			if f := c.expect(protocol.FrameError); f.Code != tt.code {
 				t.Fatalf("code %s (%s), want %s", f.Code, f.Message, tt.code)
 			}
 			if tt.closeCode != 0 {
@@ -211,13 +212,13 @@ func TestHostileFrames(t *testing.T) {
 			}
 			// Still serving: a probe gets its answer.
 			c.send(`{"v":1,"type":"unsubscribe","id":"probe"}`)
-			if f := c.expect(core.FrameError); f.Code != core.CodeUnknownSub {
+			if f := c.expect(protocol.FrameError); f.Code != protocol.CodeUnknownSub {
 				t.Fatalf("probe got %+v", f)
 			}
 		})
 	}
 	_ = s.todos.Upsert(context.Background(), todo{ID: "still", ProjectID: "p7"})
-	if f := by.expect(core.FrameChanges); f.Entries[0].Key != "still" {
+	if f := by.expect(protocol.FrameChanges); f.Entries[0].Key != "still" {
 		t.Fatalf("bystander got %+v", f)
 	}
 }
@@ -235,22 +236,22 @@ func TestRateLimit(t *testing.T) {
 			}
 		}
 	}()
-	var codes []core.Code
+	var codes []protocol.Code
 	for {
 		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
 		_, data, err := c.ws.ReadMessage()
 		if err != nil {
-			if !websocket.IsCloseError(err, core.ClosePolicy) {
+			if !websocket.IsCloseError(err, int(protocol.ClosePolicy)) {
 				t.Fatalf("want close 1008, got %v", err)
 			}
 			break
 		}
-		f, _ := core.DecodeServerFrame(data)
+		f, _ := protocol.DecodeServerFrame(data)
 		codes = append(codes, f.Code)
 	}
 	limited := 0
 	for _, code := range codes {
-		if code == core.CodeRateLimited {
+		if code == protocol.CodeRateLimited {
 			limited++
 		}
 	}
@@ -273,8 +274,8 @@ func readCopy(c *wsClient, lastKey string, want map[string]string) map[string]st
 			}
 			return got
 		}
-		f, err := core.DecodeServerFrame(data)
-		if err != nil || f.Type == core.FrameError {
+		f, err := protocol.DecodeServerFrame(data)
+		if err != nil || f.Type == protocol.FrameError {
 			c.t.Errorf("bad frame %s", data)
 			return got
 		}
@@ -303,7 +304,7 @@ func rowsOf(t *testing.T, s *server, project string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, r := range rows {
-		_, row, _ := core.EncodeRow(r)
+		_, row, _ := protocol.EncodeRow(r)
 		out[r.ID] = string(row)
 	}
 	return out
@@ -341,14 +342,14 @@ func TestLimits(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		frame string
-		code  core.Code
+		code  protocol.Code
 	}{
-		{`{"v":1,"type":"subscribe","id":"s3","resource":"todos","conditions":{"project_id":"p3"}}`, core.CodeTooManySubscriptions},
-		{`{"v":1,"type":"subscribe","id":"s4","resource":"todos","conditions":{"project_id":{"in":["p1","p2","p3","p4"]}}}`, core.CodeTooManyConditions},
-		{`{"v":1,"type":"subscribe","id":"s5","resource":"todos","conditions":{"project_id":"p1","title":"x"}}`, core.CodeTooManyConditions},
+		{`{"v":1,"type":"subscribe","id":"s3","resource":"todos","conditions":{"project_id":"p3"}}`, protocol.CodeTooManySubscriptions},
+		{`{"v":1,"type":"subscribe","id":"s4","resource":"todos","conditions":{"project_id":{"in":["p1","p2","p3","p4"]}}}`, protocol.CodeTooManyConditions},
+		{`{"v":1,"type":"subscribe","id":"s5","resource":"todos","conditions":{"project_id":"p1","title":"x"}}`, protocol.CodeTooManyConditions},
 	} {
 		c.send(tt.frame)
-		if f := c.expect(core.FrameError); f.Code != tt.code {
+		if f := c.expect(protocol.FrameError); f.Code != tt.code {
 			t.Fatalf("%s: got %+v, want %s", tt.frame, f, tt.code)
 		}
 	}

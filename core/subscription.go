@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 type subState uint8
@@ -50,7 +51,7 @@ type subscription struct {
 func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) *subscription {
 	ctx, cancel := context.WithCancel(c.e.ctx)
 	return &subscription{
-		c: c, id: id, idJSON: appendJSONString(nil, id), res: r, scope: sc, limit: limit,
+		c: c, id: id, idJSON: protocol.AppendString(nil, id), res: r, scope: sc, limit: limit,
 		ctx: ctx, cancel: cancel, state: subCatchingUp,
 	}
 }
@@ -59,7 +60,7 @@ func (s *subscription) principal() authz.Principal { return s.c.currentPrincipal
 
 // start authorizes the subscription, registers it with the hub and catches
 // it up. It runs on its own goroutine, counted in the engine's WaitGroup.
-func (s *subscription) start(cur Cursor, hasCursor bool) {
+func (s *subscription) start(cur protocol.Cursor, hasCursor bool) {
 	e := s.c.e
 	defer e.wg.Done()
 	err := s.authorize()
@@ -111,7 +112,7 @@ func (r *resource) authorize(ctx context.Context, p authz.Principal, sc feed.Sco
 // Live changes that arrived meanwhile were buffered: those at or below the
 // high-water are dropped (the replay covered them), the rest follow the
 // caught-up frame in order.
-func (s *subscription) catchUp(cur Cursor, hasCursor bool) error {
+func (s *subscription) catchUp(cur protocol.Cursor, hasCursor bool) error {
 	e := s.c.e
 	snapshot := !hasCursor
 	var from feed.Position
@@ -120,14 +121,14 @@ func (s *subscription) catchUp(cur Cursor, hasCursor bool) error {
 	switch {
 	case !hasCursor:
 	case cur.Epoch != e.epoch:
-		if err := s.reset("epoch_changed"); err != nil {
+		if err := s.reset(protocol.ResetEpochChanged); err != nil {
 			return err
 		}
 		snapshot = true
 	case cur.Snapshot:
-		snapshot, from, after, hasAfter = true, cur.Pos, cur.After, true
+		snapshot, from, after, hasAfter = true, feed.Position(cur.Pos), cur.After, true
 	default:
-		from = cur.Pos
+		from = feed.Position(cur.Pos)
 	}
 	for {
 		if snapshot {
@@ -138,9 +139,9 @@ func (s *subscription) catchUp(cur Cursor, hasCursor bool) error {
 			from, snapshot, after, hasAfter = start, false, "", false
 		}
 		hw, err := s.highWater(from)
-		reason := "cursor_expired"
+		reason := protocol.ResetCursorExpired
 		if errors.Is(err, errCursorAhead) {
-			err, reason = feed.ErrCursorExpired, "cursor_ahead"
+			err, reason = feed.ErrCursorExpired, protocol.ResetCursorAhead
 		} else if err == nil {
 			err = s.sendReplay(from, hw)
 		}
@@ -198,7 +199,7 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 			start, first = pg.pos, false
 		}
 		if pg.n > 0 {
-			cur := Cursor{Epoch: e.epoch, Pos: start, Snapshot: true, After: pg.lastKey}
+			cur := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start), Snapshot: true, After: pg.lastKey}
 			if err := s.sendPage(pg, cur.String()); err != nil {
 				return 0, err
 			}
@@ -291,12 +292,12 @@ func (s *subscription) sendChanges(changes []feed.Change) error {
 
 func (s *subscription) sendPage(pg page, cursor string) error {
 	var hdr [pageHeadroom]byte
-	return s.c.sendFrameWait(s.ctx, pg.frame(appendChangesStart(hdr[:0], s.idJSON, cursor)))
+	return s.c.sendFrameWait(s.ctx, pg.frame(protocol.AppendChangesStart(hdr[:0], s.idJSON, cursor)))
 }
 
-func (s *subscription) reset(reason string) error {
+func (s *subscription) reset(reason protocol.ResetReason) error {
 	s.c.e.stats.resets.Add(1)
-	return s.c.sendFrameWait(s.ctx, encodeReset(s.id, reason))
+	return s.c.sendFrameWait(s.ctx, protocol.Reset(s.id, reason))
 }
 
 // goLive ends a catch-up round at high-water hw. It reports false if the
@@ -311,7 +312,7 @@ func (s *subscription) goLive(hw feed.Position) bool {
 		return false
 	}
 	s.delivered = hw
-	s.c.sendFrame(encodeCaughtUp(s.id, s.c.e.cursorString(hw)))
+	s.c.sendFrame(protocol.CaughtUp(s.id, s.c.e.cursorString(hw)))
 	s.state = subLive
 	buf := s.buf
 	s.buf, s.bufBytes = nil, 0
@@ -400,7 +401,7 @@ func (s *subscription) resync() {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		err := s.catchUp(Cursor{Epoch: e.epoch, Pos: from}, true)
+		err := s.catchUp(protocol.Cursor{Epoch: e.epoch, Pos: uint64(from)}, true)
 		if err != nil && s.ctx.Err() == nil && !errors.Is(err, errConnClosing) {
 			s.c.failSub(s, err)
 		}

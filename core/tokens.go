@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Clock is the engine's source of time for token expiry. Tests substitute a
@@ -177,11 +178,11 @@ func (t *tokenTimers) fire(gen uint64) {
 	t.armLocked()
 	t.mu.Unlock()
 	for _, a := range asks {
-		a.c.sendFrame(encodeRefreshToken(int(max(a.expiresIn, 0) / time.Second)))
+		a.c.sendFrame(protocol.RefreshToken(int(max(a.expiresIn, 0) / time.Second)))
 	}
 	for _, c := range expired {
-		c.sendError("", errorf(CodeUnauthenticated, "the token expired"))
-		c.closeAfterFlush(ClosePolicy, "token expired")
+		c.sendError("", protocol.Errorf(protocol.CodeUnauthenticated, "the token expired"))
+		c.closeAfterFlush(protocol.ClosePolicy, "token expired")
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -84,13 +85,13 @@ func (v *env) dial(origin string) (*websocket.Conn, *http.Response, error) {
 	return ws, resp, err
 }
 
-func readFrame(t *testing.T, ws *websocket.Conn) core.ServerFrame {
+func readFrame(t *testing.T, ws *websocket.Conn) protocol.ServerFrame {
 	t.Helper()
 	_, data, err := ws.ReadMessage()
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}
-	f, err := core.DecodeServerFrame(data)
+	f, err := protocol.DecodeServerFrame(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,20 +107,20 @@ func subscribeP7(t *testing.T, ws *websocket.Conn, hello string) {
 			t.Fatal(err)
 		}
 	}
-	if f := readFrame(t, ws); f.Type != core.FrameWelcome {
+	if f := readFrame(t, ws); f.Type != protocol.FrameWelcome {
 		t.Fatalf("got %+v", f)
 	}
-	if f := readFrame(t, ws); f.Type != core.FrameChanges || len(f.Entries) != 1 || f.Entries[0].Key != "t1" {
+	if f := readFrame(t, ws); f.Type != protocol.FrameChanges || len(f.Entries) != 1 || f.Entries[0].Key != "t1" {
 		t.Fatalf("got %+v", f)
 	}
 }
 
-func errorBody(t *testing.T, resp *http.Response) core.ServerFrame {
+func errorBody(t *testing.T, resp *http.Response) protocol.ServerFrame {
 	t.Helper()
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	f, err := core.DecodeServerFrame(body)
-	if err != nil || f.Type != core.FrameError {
+	f, err := protocol.DecodeServerFrame(body)
+	if err != nil || f.Type != protocol.FrameError {
 		t.Fatalf("body %q is not an error frame (%v)", body, err)
 	}
 	return f
@@ -139,7 +140,7 @@ func TestCrossOriginUpgrade(t *testing.T) {
 	if resp == nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("got %v, %v", resp, err)
 	}
-	if f := errorBody(t, resp); f.Code != core.CodeForbidden {
+	if f := errorBody(t, resp); f.Code != protocol.CodeForbidden {
 		t.Fatalf("error %+v", f)
 	}
 	for _, origin := range []string{"null", "http://" + host + ".evil.example", "http://evil.example/" + host} {
@@ -208,7 +209,7 @@ func TestCrossOriginPoll(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("cross-origin poll: %d", resp.StatusCode)
 	}
-	if f := errorBody(t, resp); f.Code != core.CodeForbidden {
+	if f := errorBody(t, resp); f.Code != protocol.CodeForbidden {
 		t.Fatalf("error %+v", f)
 	}
 	for _, origin := range []string{"", v.srv.URL} {
@@ -244,7 +245,7 @@ func TestTokenEndpoint(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("anonymous: %d", resp.StatusCode)
 	}
-	if f := errorBody(t, resp); f.Code != core.CodeUnauthenticated {
+	if f := errorBody(t, resp); f.Code != protocol.CodeUnauthenticated {
 		t.Fatalf("anonymous: %+v", f)
 	}
 	if resp := post("session=alice", "https://evil.example"); resp.StatusCode != http.StatusForbidden {

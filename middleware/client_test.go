@@ -17,6 +17,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -183,7 +184,7 @@ func TestGoClientTokenRefresh(t *testing.T) {
 	var ce *client.CloseError
 	select {
 	case err := <-runErr:
-		if !errors.As(err, &ce) || ce.Code != core.ClosePolicy {
+		if !errors.As(err, &ce) || ce.Code != protocol.ClosePolicy {
 			t.Fatalf("Run returned %v, want a 1008 close", err)
 		}
 	case <-time.After(30 * time.Second):

@@ -9,6 +9,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // maxPollBody bounds a poll request body.
@@ -94,7 +95,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
-		writeError(w, http.StatusMethodNotAllowed, &core.Error{Code: core.CodeBadFrame, Message: "the WebSocket endpoint takes GET"})
+		writeError(w, http.StatusMethodNotAllowed, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the WebSocket endpoint takes GET"})
 		return
 	}
 	if h.e.Draining() {
@@ -102,7 +103,7 @@ func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, ok := w.(http.Hijacker); !ok {
-		writeError(w, http.StatusInternalServerError, &core.Error{Code: core.CodeInternal, Message: cannotHijack})
+		writeError(w, http.StatusInternalServerError, &protocol.Error{Code: protocol.CodeInternal, Message: cannotHijack})
 		return
 	}
 	if !h.o.originAllowed(r) {
@@ -111,7 +112,7 @@ func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := h.o.principal(r)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
+		writeError(w, http.StatusUnauthorized, &protocol.Error{Code: protocol.CodeUnauthenticated, Message: err.Error()})
 		return
 	}
 	ws, err := h.upgrader.Upgrade(w, r, nil)
@@ -124,7 +125,7 @@ func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
 func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, &core.Error{Code: core.CodeBadFrame, Message: "the changes endpoint takes POST"})
+		writeError(w, http.StatusMethodNotAllowed, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the changes endpoint takes POST"})
 		return
 	}
 	if !h.o.originAllowed(r) {
@@ -133,21 +134,21 @@ func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := h.o.principal(r)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
+		writeError(w, http.StatusUnauthorized, &protocol.Error{Code: protocol.CodeUnauthenticated, Message: err.Error()})
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxPollBody+1))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, &core.Error{Code: core.CodeBadFrame, Message: "cannot read the request body"})
+		writeError(w, http.StatusBadRequest, &protocol.Error{Code: protocol.CodeBadFrame, Message: "cannot read the request body"})
 		return
 	}
 	if len(body) > maxPollBody {
-		writeError(w, http.StatusRequestEntityTooLarge, &core.Error{Code: core.CodeFrameTooLarge, Message: "the request body is too large"})
+		writeError(w, http.StatusRequestEntityTooLarge, &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: "the request body is too large"})
 		return
 	}
 	var req core.PollRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, &core.Error{Code: core.CodeBadFrame, Message: "the body is not a JSON poll request: " + err.Error()})
+		writeError(w, http.StatusBadRequest, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the body is not a JSON poll request: " + err.Error()})
 		return
 	}
 	out, err := h.e.Poll(r.Context(), p, req)
@@ -172,45 +173,45 @@ func upgradeError(w http.ResponseWriter, _ *http.Request, status int, reason err
 	w.Header().Set("Sec-Websocket-Version", "13") // as gorilla's own answer, for clients of another version
 	switch status {
 	case http.StatusInternalServerError:
-		writeError(w, status, &core.Error{Code: core.CodeInternal, Message: cannotHijack + " (" + reason.Error() + ")"})
+		writeError(w, status, &protocol.Error{Code: protocol.CodeInternal, Message: cannotHijack + " (" + reason.Error() + ")"})
 	case http.StatusForbidden:
-		writeError(w, status, &core.Error{Code: core.CodeForbidden, Message: reason.Error()})
+		writeError(w, status, &protocol.Error{Code: protocol.CodeForbidden, Message: reason.Error()})
 	default:
-		writeError(w, status, &core.Error{Code: core.CodeBadFrame, Message: reason.Error()})
+		writeError(w, status, &protocol.Error{Code: protocol.CodeBadFrame, Message: reason.Error()})
 	}
 }
 
 // statusFor maps a wire error code to an HTTP status.
-func statusFor(code core.Code) int {
+func statusFor(code protocol.Code) int {
 	switch code {
-	case core.CodeUnauthenticated:
+	case protocol.CodeUnauthenticated:
 		return http.StatusUnauthorized
-	case core.CodeForbidden:
+	case protocol.CodeForbidden:
 		return http.StatusForbidden
-	case core.CodeUnknownResource:
+	case protocol.CodeUnknownResource:
 		return http.StatusNotFound
-	case core.CodeRateLimited:
+	case protocol.CodeRateLimited:
 		return http.StatusTooManyRequests
-	case core.CodeFrameTooLarge:
+	case protocol.CodeFrameTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case core.CodeDraining, core.CodeUnavailable:
+	case protocol.CodeDraining, protocol.CodeUnavailable:
 		return http.StatusServiceUnavailable
-	case core.CodeInternal:
+	case protocol.CodeInternal:
 		return http.StatusInternalServerError
 	}
 	return http.StatusBadRequest
 }
 
 // writeError answers with an error frame as the JSON body.
-func writeError(w http.ResponseWriter, status int, e *core.Error) {
+func writeError(w http.ResponseWriter, status int, e *protocol.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	body, _ := json.Marshal(struct {
-		V       int       `json:"v"`
-		Type    string    `json:"type"`
-		Code    core.Code `json:"code"`
-		Message string    `json:"message"`
-	}{core.ProtocolVersion, core.FrameError, e.Code, e.Message})
+		V       int           `json:"v"`
+		Type    string        `json:"type"`
+		Code    protocol.Code `json:"code"`
+		Message string        `json:"message"`
+	}{protocol.Version, protocol.FrameError, e.Code, e.Message})
 	_, _ = w.Write(body)
 }

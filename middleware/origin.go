@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // originAllowed decides whether a request may use tide's endpoints with the
@@ -42,7 +42,7 @@ func (o *options) originAllowed(r *http.Request) bool {
 
 // refuseOrigin answers a request from an origin that is not allowed.
 func refuseOrigin(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusForbidden, &core.Error{Code: core.CodeForbidden,
+	writeError(w, http.StatusForbidden, &protocol.Error{Code: protocol.CodeForbidden,
 		Message: "origin " + truncate(r.Header.Get("Origin"), 128) + " is not allowed; see middleware.WithAllowedOrigins"})
 }
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/authz"
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // TokenResponse is the body of a successful token request.
@@ -43,7 +43,7 @@ type tokenHandler struct {
 func (h *tokenHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, &core.Error{Code: core.CodeBadFrame, Message: "the token endpoint takes POST"})
+		writeError(w, http.StatusMethodNotAllowed, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the token endpoint takes POST"})
 		return
 	}
 	if !h.o.originAllowed(r) {
@@ -52,28 +52,28 @@ func (h *tokenHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := h.o.principal(r)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
+		writeError(w, http.StatusUnauthorized, &protocol.Error{Code: protocol.CodeUnauthenticated, Message: err.Error()})
 		return
 	}
 	if p.IsAnonymous() {
-		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: "log in to get a token"})
+		writeError(w, http.StatusUnauthorized, &protocol.Error{Code: protocol.CodeUnauthenticated, Message: "log in to get a token"})
 		return
 	}
 	if h.o.tokenGrants != nil {
 		grants, err := h.o.tokenGrants(r, p)
 		if err != nil {
-			writeError(w, http.StatusForbidden, &core.Error{Code: core.CodeForbidden, Message: err.Error()})
+			writeError(w, http.StatusForbidden, &protocol.Error{Code: protocol.CodeForbidden, Message: err.Error()})
 			return
 		}
 		p.Grants = grants
 	}
 	tok, t, err := h.kr.Mint(p, h.o.tokenTTL)
 	if errors.Is(err, authz.ErrUnauthenticated) { // revoked a moment ago
-		writeError(w, http.StatusUnauthorized, &core.Error{Code: core.CodeUnauthenticated, Message: err.Error()})
+		writeError(w, http.StatusUnauthorized, &protocol.Error{Code: protocol.CodeUnauthenticated, Message: err.Error()})
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, &core.Error{Code: core.CodeInternal, Message: "cannot mint a token: " + err.Error()})
+		writeError(w, http.StatusInternalServerError, &protocol.Error{Code: protocol.CodeInternal, Message: "cannot mint a token: " + err.Error()})
 		return
 	}
 	body, _ := json.Marshal(TokenResponse{

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -44,19 +45,19 @@ func TestUpgradeErrors(t *testing.T) {
 		w      *httptest.ResponseRecorder
 		serve  func(w *httptest.ResponseRecorder)
 		status int
-		code   core.Code
+		code   protocol.Code
 		msg    string
 	}{
 		{"hijack fails", httptest.NewRecorder(), func(w *httptest.ResponseRecorder) { h.ServeHTTP(failingHijacker{w}, upgrade()) },
-			http.StatusInternalServerError, core.CodeInternal, "cannot be hijacked for a WebSocket upgrade: remove timeout, gzip"},
+			http.StatusInternalServerError, protocol.CodeInternal, "cannot be hijacked for a WebSocket upgrade: remove timeout, gzip"},
 		{"no Hijack method", httptest.NewRecorder(), func(w *httptest.ResponseRecorder) { h.ServeHTTP(w, upgrade()) },
-			http.StatusInternalServerError, core.CodeInternal, "cannot be hijacked"},
+			http.StatusInternalServerError, protocol.CodeInternal, "cannot be hijacked"},
 		{"not an upgrade", httptest.NewRecorder(), func(w *httptest.ResponseRecorder) {
 			h.ServeHTTP(failingHijacker{w}, httptest.NewRequest(http.MethodGet, "/tide/ws", nil))
-		}, http.StatusBadRequest, core.CodeBadFrame, "websocket"},
+		}, http.StatusBadRequest, protocol.CodeBadFrame, "websocket"},
 	} {
 		c.serve(c.w)
-		f, err := core.DecodeServerFrame(c.w.Body.Bytes())
+		f, err := protocol.DecodeServerFrame(c.w.Body.Bytes())
 		if c.w.Code != c.status || err != nil || f.Code != c.code || !strings.Contains(f.Message, c.msg) {
 			t.Errorf("%s: %d %s", c.name, c.w.Code, c.w.Body)
 		}

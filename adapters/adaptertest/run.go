@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/client"
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -66,7 +66,7 @@ func testTokenAnonymous(t *testing.T, s *server) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("anonymous token request: %d, want 401", resp.StatusCode)
 	}
-	if f := errorFrame(t, resp); f.Code != core.CodeUnauthenticated {
+	if f := errorFrame(t, resp); f.Code != protocol.CodeUnauthenticated {
 		t.Fatalf("anonymous token request: %+v", f)
 	}
 }
@@ -91,11 +91,11 @@ func testSubscribeCookie(t *testing.T, s *server) {
 	if entries, _ := ws.subscribe("a", "p7", ""); !sameKeys(entries, "upsert t1") {
 		t.Fatalf("snapshot %v, want t1", entries)
 	}
-	if f := ws.subscribeErr("b", "p8"); f.Code != core.CodeForbidden {
+	if f := ws.subscribeErr("b", "p8"); f.Code != protocol.CodeForbidden {
 		t.Fatalf("another user's project: %+v, want forbidden", f)
 	}
 	s.upsert(t, todo{"b2", "p8", "not alice's"}, todo{"t2", "p7", "live"})
-	if f := ws.next(); f.Type != core.FrameChanges || f.ID != "a" || !sameKeys(f.Entries, "upsert t2") {
+	if f := ws.next(); f.Type != protocol.FrameChanges || f.ID != "a" || !sameKeys(f.Entries, "upsert t2") {
 		t.Fatalf("live change: %+v, want t2 on a", f)
 	}
 
@@ -108,7 +108,7 @@ func testSubscribeCookie(t *testing.T, s *server) {
 
 	anon := s.dial(s.browser(""), nil)
 	anon.hello("")
-	if f := anon.subscribeErr("a", "p7"); f.Code != core.CodeUnauthenticated {
+	if f := anon.subscribeErr("a", "p7"); f.Code != protocol.CodeUnauthenticated {
 		t.Fatalf("anonymous subscribe: %+v, want unauthenticated", f)
 	}
 }
@@ -125,7 +125,7 @@ func testSubscribeToken(t *testing.T, s *server) {
 
 	forged := s.dial(s.browser(""), nil)
 	forged.sendHello(tok[:len(tok)-4] + "AAAA")
-	if f := forged.next(); f.Type != core.FrameError || f.Code != core.CodeUnauthenticated {
+	if f := forged.next(); f.Type != protocol.FrameError || f.Code != protocol.CodeUnauthenticated {
 		t.Fatalf("forged token: %+v, want unauthenticated", f)
 	}
 }
@@ -192,12 +192,12 @@ func testPoll(t *testing.T, s *server) {
 	body := `{"v":1,"resource":"todos","conditions":{"project_id":"p7"}}`
 	resp := s.do(s.browser("alice"), http.MethodPost, "/tide/changes", strings.NewReader(body), nil)
 	got := readBody(t, resp)
-	f, err := core.DecodeServerFrame([]byte(got))
-	if resp.StatusCode != http.StatusOK || err != nil || f.Type != core.FrameChanges || !sameKeys(f.Entries, "upsert t1") {
+	f, err := protocol.DecodeServerFrame([]byte(got))
+	if resp.StatusCode != http.StatusOK || err != nil || f.Type != protocol.FrameChanges || !sameKeys(f.Entries, "upsert t1") {
 		t.Fatalf("poll: %d %s (%v)", resp.StatusCode, got, err)
 	}
 	resp = s.do(s.browser(""), http.MethodPost, "/tide/changes", strings.NewReader(body), nil)
-	if f := errorFrame(t, resp); resp.StatusCode != http.StatusUnauthorized || f.Code != core.CodeUnauthenticated {
+	if f := errorFrame(t, resp); resp.StatusCode != http.StatusUnauthorized || f.Code != protocol.CodeUnauthenticated {
 		t.Fatalf("anonymous poll: %d %+v", resp.StatusCode, f)
 	}
 }
@@ -294,7 +294,7 @@ func testPrincipalFixed(t *testing.T, s *server) {
 	if entries, _ := wsA.subscribe("a", "p7", ""); !sameKeys(entries, "upsert t1") {
 		t.Fatalf("alice: %v", entries)
 	}
-	if f := wsA.subscribeErr("b", "p8"); f.Code != core.CodeForbidden {
+	if f := wsA.subscribeErr("b", "p8"); f.Code != protocol.CodeForbidden {
 		t.Fatalf("alice subscribing to bob's project: %+v", f)
 	}
 	if entries, _ := wsB.subscribe("b", "p8", ""); !sameKeys(entries, "upsert b1") {
@@ -310,11 +310,11 @@ func testCrossOrigin(t *testing.T, s *server) {
 	if err == nil {
 		t.Fatal("a cross-site page opened a socket with the user's cookie")
 	}
-	if f := errorFrame(t, resp); resp.StatusCode != http.StatusForbidden || f.Code != core.CodeForbidden {
+	if f := errorFrame(t, resp); resp.StatusCode != http.StatusForbidden || f.Code != protocol.CodeForbidden {
 		t.Fatalf("cross-site upgrade: %d %+v", resp.StatusCode, f)
 	}
 	resp = s.do(alice, http.MethodPost, "/tide/token", nil, http.Header{"Origin": {"https://evil.example"}})
-	if f := errorFrame(t, resp); resp.StatusCode != http.StatusForbidden || f.Code != core.CodeForbidden {
+	if f := errorFrame(t, resp); resp.StatusCode != http.StatusForbidden || f.Code != protocol.CodeForbidden {
 		t.Fatalf("cross-site token request: %d %+v", resp.StatusCode, f)
 	}
 	ws := s.dial(alice, http.Header{"Origin": {AllowedOrigin}})
@@ -335,7 +335,7 @@ func testNotHijackable(t *testing.T, s *server) {
 		t.Fatal("upgraded through http.TimeoutHandler")
 	}
 	f := errorFrame(t, resp)
-	if resp.StatusCode != http.StatusInternalServerError || f.Code != core.CodeInternal || !strings.Contains(f.Message, "cannot be hijacked") {
+	if resp.StatusCode != http.StatusInternalServerError || f.Code != protocol.CodeInternal || !strings.Contains(f.Message, "cannot be hijacked") {
 		t.Fatalf("upgrade through a writer that cannot hijack: %d %+v", resp.StatusCode, f)
 	}
 	if tok := s.token(alice); tok == "" {
@@ -368,11 +368,11 @@ func (s *server) upsert(t *testing.T, rows ...todo) {
 }
 
 // errorFrame reads resp's body as a tide error frame.
-func errorFrame(t *testing.T, resp *http.Response) core.ServerFrame {
+func errorFrame(t *testing.T, resp *http.Response) protocol.ServerFrame {
 	t.Helper()
 	body := readBody(t, resp)
-	f, err := core.DecodeServerFrame([]byte(body))
-	if err != nil || f.Type != core.FrameError {
+	f, err := protocol.DecodeServerFrame([]byte(body))
+	if err != nil || f.Type != protocol.FrameError {
 		t.Fatalf("%d %q is not an error frame (%v)", resp.StatusCode, body, err)
 	}
 	return f
@@ -389,7 +389,7 @@ func readBody(t *testing.T, resp *http.Response) string {
 }
 
 // sameKeys reports whether entries are exactly want, each "op key", in order.
-func sameKeys(entries []core.Entry, want ...string) bool {
+func sameKeys(entries []protocol.Entry, want ...string) bool {
 	got := make([]string, len(entries))
 	for i, e := range entries {
 		got[i] = e.Op + " " + e.Key

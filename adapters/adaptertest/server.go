@@ -13,7 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // server is one case's app on a loopback HTTP server.
@@ -112,13 +112,13 @@ func (c *conn) send(frame any) {
 	}
 }
 
-func (c *conn) next() core.ServerFrame {
+func (c *conn) next() protocol.ServerFrame {
 	c.t.Helper()
 	_, data, err := c.ws.ReadMessage()
 	if err != nil {
 		c.t.Fatalf("read: %v", err)
 	}
-	f, err := core.DecodeServerFrame(data)
+	f, err := protocol.DecodeServerFrame(data)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func (c *conn) next() core.ServerFrame {
 
 func (c *conn) sendHello(token string) {
 	c.t.Helper()
-	frame := map[string]any{"v": core.ProtocolVersion, "type": core.FrameHello}
+	frame := map[string]any{"v": protocol.Version, "type": protocol.FrameHello}
 	if token != "" {
 		frame["token"] = token
 	}
@@ -138,13 +138,13 @@ func (c *conn) sendHello(token string) {
 func (c *conn) hello(token string) {
 	c.t.Helper()
 	c.sendHello(token)
-	if f := c.next(); f.Type != core.FrameWelcome {
+	if f := c.next(); f.Type != protocol.FrameWelcome {
 		c.t.Fatalf("after hello: %+v, want welcome", f)
 	}
 }
 
 func (c *conn) sendSubscribe(id, project, cursor string) {
-	frame := map[string]any{"v": core.ProtocolVersion, "type": core.FrameSubscribe, "id": id,
+	frame := map[string]any{"v": protocol.Version, "type": protocol.FrameSubscribe, "id": id,
 		"resource": "todos", "conditions": map[string]any{"project_id": project}}
 	if cursor != "" {
 		frame["cursor"] = cursor
@@ -154,18 +154,18 @@ func (c *conn) sendSubscribe(id, project, cursor string) {
 
 // subscribe subscribes and returns what arrives up to caught-up, and its
 // cursor.
-func (c *conn) subscribe(id, project, cursor string) ([]core.Entry, string) {
+func (c *conn) subscribe(id, project, cursor string) ([]protocol.Entry, string) {
 	c.t.Helper()
 	c.sendSubscribe(id, project, cursor)
-	var entries []core.Entry
+	var entries []protocol.Entry
 	for {
 		f := c.next()
 		switch {
 		case f.ID != id:
 			c.t.Fatalf("subscribing %s: unexpected %+v", id, f)
-		case f.Type == core.FrameChanges:
+		case f.Type == protocol.FrameChanges:
 			entries = append(entries, f.Entries...)
-		case f.Type == core.FrameCaughtUp:
+		case f.Type == protocol.FrameCaughtUp:
 			return entries, f.Cursor
 		default:
 			c.t.Fatalf("subscribing %s: %+v", id, f)
@@ -174,11 +174,11 @@ func (c *conn) subscribe(id, project, cursor string) ([]core.Entry, string) {
 }
 
 // subscribeErr subscribes and expects an error frame for the subscription.
-func (c *conn) subscribeErr(id, project string) core.ServerFrame {
+func (c *conn) subscribeErr(id, project string) protocol.ServerFrame {
 	c.t.Helper()
 	c.sendSubscribe(id, project, "")
 	f := c.next()
-	if f.Type != core.FrameError || f.ID != id {
+	if f.Type != protocol.FrameError || f.ID != id {
 		c.t.Fatalf("subscribing %s: %+v, want an error", id, f)
 	}
 	return f

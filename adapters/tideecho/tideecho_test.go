@@ -18,6 +18,7 @@ import (
 	"github.com/tidesync/tide/adapters/tideecho"
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -69,8 +70,8 @@ func TestTimeoutMiddleware(t *testing.T) {
 			t.Error("upgraded through Echo's Timeout")
 		default:
 			body, _ := io.ReadAll(resp.Body)
-			f, err := core.DecodeServerFrame(body)
-			if resp.StatusCode != http.StatusInternalServerError || err != nil || f.Code != core.CodeInternal || !strings.Contains(f.Message, "cannot be hijacked") {
+			f, err := protocol.DecodeServerFrame(body)
+			if resp.StatusCode != http.StatusInternalServerError || err != nil || f.Code != protocol.CodeInternal || !strings.Contains(f.Message, "cannot be hijacked") {
 				t.Errorf("under Timeout: %d %s", resp.StatusCode, body)
 			}
 		}

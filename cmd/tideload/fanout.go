@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // fanout measures deliveries per second: N subscribers on K scopes receive
@@ -342,7 +342,7 @@ func fanoutTide(ctx context.Context, o fanoutRun) (fanoutFigures, string, error)
 func scopeName(i int) string { return "s" + strconv.Itoa(i) }
 
 // baselineFrames builds count changes frames of perFrame entries each,
-// byte for byte as tide encodes them (core.EncodeRow renders the rows;
+// byte for byte as tide encodes them (protocol.EncodeRow renders the rows;
 // the frame and entry framing are tide's), with rows like the ones the
 // tide run wrote.
 func baselineFrames(count, perFrame int, body, epoch string) []string {
@@ -360,7 +360,7 @@ func baselineFrames(count, perFrame int, body, epoch string) []string {
 		b = strconv.AppendInt(b, seq+int64(perFrame), 10)
 		b = append(b, `","entries":[`...)
 		for j := range perFrame {
-			key, row, err := core.EncodeRow(item{ID: strconv.FormatInt(seq, 10), Scope: scopeName(0), Tenant: tenant, Body: body, SentNS: sent})
+			key, row, err := protocol.EncodeRow(item{ID: strconv.FormatInt(seq, 10), Scope: scopeName(0), Tenant: tenant, Body: body, SentNS: sent})
 			if err != nil {
 				panic(err)
 			}

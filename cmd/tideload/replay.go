@@ -11,8 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // replay measures catch-up replay: a backlog of rows committed in Postgres
@@ -105,7 +104,7 @@ func replay(args []string) error {
 			return context.Cause(ctx)
 		}
 	}
-	cursor := core.Cursor{Epoch: st0.Epoch, Pos: feed.Position(st0.Head)}.String()
+	cursor := protocol.Cursor{Epoch: st0.Epoch, Pos: st0.Head}.String()
 
 	res := replayResult{Env: newEnv(fs), Rows: *rows, Limit: *limit, Auth: *auth, InsertSeconds: insertTime.Seconds()}
 	for run := range *runs {

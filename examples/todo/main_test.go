@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/client"
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // TestDemo runs the demo as `go run ./examples/todo` does (in memory), fetches
@@ -78,7 +78,7 @@ func TestDemo(t *testing.T) {
 		if !ok {
 			return false
 		}
-		td, err := core.DecodeRow[Todo](row)
+		td, err := protocol.DecodeRow[Todo](row)
 		return err == nil && td.Title == "from the other tab"
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Items is the suite's main resource, "items" in table "feedtest_items":
@@ -22,14 +23,14 @@ import (
 var Items = &feed.Schema{
 	Name:  "items",
 	Table: "feedtest_items",
-	Columns: []feed.Column{
-		{Name: "id", Kind: feed.KindString},
-		{Name: "tenant", Kind: feed.KindString},
-		{Name: "grp", Kind: feed.KindInt},
-		{Name: "title", Kind: feed.KindString},
-		{Name: "n", Kind: feed.KindInt},
-		{Name: "done", Kind: feed.KindBool},
-		{Name: "note", Kind: feed.KindString, Nullable: true},
+	Columns: []protocol.Column{
+		{Name: "id", Kind: protocol.KindString},
+		{Name: "tenant", Kind: protocol.KindString},
+		{Name: "grp", Kind: protocol.KindInt},
+		{Name: "title", Kind: protocol.KindString},
+		{Name: "n", Kind: protocol.KindInt},
+		{Name: "done", Kind: protocol.KindBool},
+		{Name: "note", Kind: protocol.KindString, Nullable: true},
 	},
 	Key:   0,
 	Scope: []int{1, 2},
@@ -47,10 +48,10 @@ var Items = &feed.Schema{
 var Notes = &feed.Schema{
 	Name:  "notes",
 	Table: "feedtest_notes",
-	Columns: []feed.Column{
-		{Name: "id", Kind: feed.KindInt},
-		{Name: "tenant", Kind: feed.KindString},
-		{Name: "body", Kind: feed.KindString},
+	Columns: []protocol.Column{
+		{Name: "id", Kind: protocol.KindInt},
+		{Name: "tenant", Kind: protocol.KindString},
+		{Name: "body", Kind: protocol.KindString},
 	},
 	Key:   0,
 	Scope: []int{1},

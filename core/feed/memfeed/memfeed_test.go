@@ -13,6 +13,7 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/memfeed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 type harness struct{}
@@ -31,7 +32,7 @@ func TestConformance(t *testing.T) { feedtest.Run(t, harness{}) }
 var items = &feed.Schema{
 	Name:    "items",
 	Table:   "items",
-	Columns: []feed.Column{{Name: "id", Kind: feed.KindString}, {Name: "tenant", Kind: feed.KindString}},
+	Columns: []protocol.Column{{Name: "id", Kind: protocol.KindString}, {Name: "tenant", Kind: protocol.KindString}},
 	Key:     0,
 	Scope:   []int{1},
 }

@@ -16,8 +16,9 @@ import (
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // The figures of docs/performance.md. Each benchmark reports its figure as
@@ -152,7 +153,7 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 		}
 		for b.Loop() {
 			store := client.NewMemoryStore()
-			cursor := core.Cursor{Epoch: srv.feed.Epoch(), Pos: from}.String()
+			cursor := protocol.Cursor{Epoch: srv.feed.Epoch(), Pos: uint64(from)}.String()
 			if err := store.Save(ctx, client.Record{Digest: digest, Resource: "items", State: client.StateLive, Cursor: cursor}); err != nil {
 				b.Fatal(err)
 			}

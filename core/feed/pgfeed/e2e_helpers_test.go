@@ -20,6 +20,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -191,19 +192,19 @@ func (c *checker) Apply(_ context.Context, b client.Batch) error {
 		c.resets++
 	}
 	if b.Cursor != "" {
-		cur, err := core.ParseCursor(b.Cursor)
+		cur, err := protocol.ParseCursor(b.Cursor)
 		if err != nil {
 			c.violate("batch cursor %q: %v", b.Cursor, err)
 		} else if !cur.Snapshot {
-			if cur.Pos < c.last {
+			if feed.Position(cur.Pos) < c.last {
 				c.violate("cursor went backwards from %d to %d", c.last, cur.Pos)
 			}
-			if len(b.Entries) > 0 && cur.Pos <= c.last {
+			if len(b.Entries) > 0 && feed.Position(cur.Pos) <= c.last {
 				c.violate("a batch of %d entries at %d applied again (last applied %d)", len(b.Entries), cur.Pos, c.last)
 			}
-			c.last = max(c.last, cur.Pos)
+			c.last = max(c.last, feed.Position(cur.Pos))
 			if b.CaughtUp {
-				c.caught = max(c.caught, cur.Pos)
+				c.caught = max(c.caught, feed.Position(cur.Pos))
 			}
 		}
 	}

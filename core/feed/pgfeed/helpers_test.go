@@ -11,28 +11,29 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // sqlType is the column type the tests create for a kind.
-func sqlType(k feed.Kind) string {
+func sqlType(k protocol.Kind) string {
 	switch k {
-	case feed.KindString:
+	case protocol.KindString:
 		return "text"
-	case feed.KindInt:
+	case protocol.KindInt:
 		return "bigint"
-	case feed.KindUint:
+	case protocol.KindUint:
 		return "numeric(20)"
-	case feed.KindFloat:
+	case protocol.KindFloat:
 		return "double precision"
-	case feed.KindBool:
+	case protocol.KindBool:
 		return "boolean"
-	case feed.KindTime:
+	case protocol.KindTime:
 		return "timestamptz"
-	case feed.KindBytes:
+	case protocol.KindBytes:
 		return "bytea"
-	case feed.KindJSON:
+	case protocol.KindJSON:
 		return "jsonb"
 	}
 	panic("unknown kind")

@@ -18,8 +18,9 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/feedtest"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -399,17 +400,17 @@ func explain(t testing.TB, pool *pgxpool.Pool, mode, sql string, args ...any) st
 var things = &feed.Schema{
 	Name:  "things",
 	Table: "things",
-	Columns: []feed.Column{
-		{Name: "id", Kind: feed.KindString},
-		{Name: "org", Kind: feed.KindInt},
-		{Name: "active", Kind: feed.KindBool},
-		{Name: "kind", Kind: feed.KindString},
-		{Name: "owner", Kind: feed.KindString},
-		{Name: "at", Kind: feed.KindTime},
-		{Name: "naive", Kind: feed.KindTime},
-		{Name: "blob", Kind: feed.KindBytes},
-		{Name: "meta", Kind: feed.KindJSON},
-		{Name: "score", Kind: feed.KindFloat, Nullable: true},
+	Columns: []protocol.Column{
+		{Name: "id", Kind: protocol.KindString},
+		{Name: "org", Kind: protocol.KindInt},
+		{Name: "active", Kind: protocol.KindBool},
+		{Name: "kind", Kind: protocol.KindString},
+		{Name: "owner", Kind: protocol.KindString},
+		{Name: "at", Kind: protocol.KindTime},
+		{Name: "naive", Kind: protocol.KindTime},
+		{Name: "blob", Kind: protocol.KindBytes},
+		{Name: "meta", Kind: protocol.KindJSON},
+		{Name: "score", Kind: protocol.KindFloat, Nullable: true},
 	},
 	Key:   0,
 	Scope: []int{1, 2, 3, 4},
@@ -640,7 +641,7 @@ func TestMigrateIdempotentAndConcurrent(t *testing.T) {
 
 	// A declared column the table lacks is an error naming it.
 	bad := *feedtest.Notes
-	bad.Columns = append(slices.Clone(bad.Columns), feed.Column{Name: "nope", Kind: feed.KindString})
+	bad.Columns = append(slices.Clone(bad.Columns), protocol.Column{Name: "nope", Kind: protocol.KindString})
 	if err := f.Migrate(ctx, &bad); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("Migrate with a missing column: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Type OIDs the row rendering treats specially.
@@ -201,7 +202,7 @@ func newPlan(s *feed.Schema, types []uint32) *plan {
 func (p *plan) valueExpr(alias string, i int) string {
 	col := alias + "." + p.cols[i]
 	switch p.s.Columns[i].Kind {
-	case feed.KindTime:
+	case protocol.KindTime:
 		switch p.types[i] {
 		case oidTimestamptz:
 			return "to_jsonb(to_char(" + col + " AT TIME ZONE 'UTC', " + timeFormat + "))"
@@ -210,7 +211,7 @@ func (p *plan) valueExpr(alias string, i int) string {
 		case oidDate:
 			return "to_jsonb(to_char(" + col + "::timestamp, " + timeFormat + "))"
 		}
-	case feed.KindBytes:
+	case protocol.KindBytes:
 		if p.types[i] == oidBytea {
 			return "to_jsonb(translate(encode(" + col + ", 'base64'), E'\\n', ''))"
 		}

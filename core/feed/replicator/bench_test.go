@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/client"
-	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 var (
@@ -100,7 +100,7 @@ func runFigures(b *testing.B, kind busKind, how string, rate int, dur time.Durat
 			}
 			s := c.subscribe(ctx, n, fmt.Sprintf("node%d/%d", n.i, j), scope, func(it item) bool { return whole || it.Tenant == ten })
 			s.mu.Lock()
-			s.onEntry = func(e core.Entry, at time.Time) {
+			s.onEntry = func(e protocol.Entry, at time.Time) {
 				if e.Op != "upsert" {
 					return
 				}

@@ -24,10 +24,11 @@ import (
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/feed/natsbus"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/replicator"
+	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -348,7 +349,7 @@ type subscriber struct {
 	mu         sync.Mutex
 	last       feed.Position
 	violations []string
-	onEntry    func(e core.Entry, at time.Time) // optional: latency probe
+	onEntry    func(e protocol.Entry, at time.Time) // optional: latency probe
 	lastSeen   time.Time
 }
 
@@ -359,17 +360,17 @@ func (s *subscriber) Apply(ctx context.Context, b client.Batch) error {
 		s.last = 0
 	}
 	if b.Cursor != "" {
-		cur, err := core.ParseCursor(b.Cursor)
+		cur, err := protocol.ParseCursor(b.Cursor)
 		switch {
 		case err != nil:
 			s.violate("batch cursor %q: %v", b.Cursor, err)
 		case cur.Snapshot:
-		case cur.Pos < s.last:
+		case feed.Position(cur.Pos) < s.last:
 			s.violate("cursor went back from %d to %d", s.last, cur.Pos)
-		case len(b.Entries) > 0 && cur.Pos <= s.last:
+		case len(b.Entries) > 0 && feed.Position(cur.Pos) <= s.last:
 			s.violate("a batch of %d entries at %d applied again (last applied %d)", len(b.Entries), cur.Pos, s.last)
 		default:
-			s.last = cur.Pos
+			s.last = feed.Position(cur.Pos)
 		}
 	}
 	if len(b.Entries) > 0 {

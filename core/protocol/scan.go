@@ -1,4 +1,4 @@
-package core
+package protocol
 
 import (
 	"bytes"
@@ -33,9 +33,11 @@ func decodeChangesFast(data []byte) (ServerFrame, bool) {
 	if f.Cursor, ok = p.str(); !ok {
 		return f, false
 	}
-	// Polling responses carry "more"; ServerFrame has no field for it, so
-	// encoding/json would drop it too.
-	if p.lit(`,"more":true`) || p.lit(`,"more":false`) {
+	// Polling responses carry "more".
+	if p.lit(`,"more":true`) {
+		f.More = true
+	} else {
+		p.lit(`,"more":false`)
 	}
 	if !p.lit(`,"entries":[`) {
 		return f, false

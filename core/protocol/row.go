@@ -1,4 +1,4 @@
-package core
+package protocol
 
 import (
 	"encoding/base64"
@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/tidesync/tide/core/feed"
 )
 
 // Errors returned when a struct cannot describe a resource.
@@ -29,29 +27,32 @@ var (
 // fieldCodec reads and writes one column of a struct.
 type fieldCodec struct {
 	field int // index of the struct field
-	col   feed.Column
+	col   Column
 	// isPtr: the field is a pointer to the column's Go type (a nullable column).
 	isPtr bool
 }
 
-// codec maps a struct type to its columns and converts values to JSON rows
-// and canonical key and scope text.
-type codec struct {
+// RowCodec maps a struct type to its columns (its `tide:"…"` tags) and
+// converts values to JSON rows and canonical key and scope text, the form
+// rows take on the wire. It is immutable and safe for concurrent use.
+type RowCodec struct {
 	typ    reflect.Type
 	fields []fieldCodec
 	key    int   // index in fields of the primary key
 	scope  []int // indexes in fields of scope columns
 }
 
-var codecs sync.Map // reflect.Type → *codec or error
+var codecs sync.Map // reflect.Type → *RowCodec or error
 
-// codecFor returns the (cached) codec of struct type t.
-func codecFor(t reflect.Type) (*codec, error) {
+// CodecFor returns the (cached) codec of struct type t. It fails with an
+// error wrapping ErrBadTag, ErrUnsupportedType or ErrNoPrimaryKey when t
+// cannot describe a resource.
+func CodecFor(t reflect.Type) (*RowCodec, error) {
 	if v, ok := codecs.Load(t); ok {
 		if err, isErr := v.(error); isErr {
 			return nil, err
 		}
-		return v.(*codec), nil
+		return v.(*RowCodec), nil
 	}
 	c, err := buildCodec(t)
 	if err != nil {
@@ -59,14 +60,14 @@ func codecFor(t reflect.Type) (*codec, error) {
 		return nil, err
 	}
 	v, _ := codecs.LoadOrStore(t, c)
-	return v.(*codec), nil
+	return v.(*RowCodec), nil
 }
 
-func buildCodec(t reflect.Type) (*codec, error) {
+func buildCodec(t reflect.Type) (*RowCodec, error) {
 	if t.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("%w: %s is not a struct", ErrUnsupportedType, t)
 	}
-	c := &codec{typ: t, key: -1}
+	c := &RowCodec{typ: t, key: -1}
 	seen := map[string]string{}
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
@@ -92,7 +93,7 @@ func buildCodec(t reflect.Type) (*codec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("field %s: %w", sf.Name, err)
 		}
-		fc := fieldCodec{field: i, col: feed.Column{Name: spec.Column, Kind: kind, Nullable: isPtr}, isPtr: isPtr}
+		fc := fieldCodec{field: i, col: Column{Name: spec.Column, Kind: kind, Nullable: isPtr}, isPtr: isPtr}
 		if (spec.PK || spec.Scope) && (isPtr || !kind.Keyable()) {
 			what := "scope"
 			if spec.PK {
@@ -118,7 +119,7 @@ func buildCodec(t reflect.Type) (*codec, error) {
 }
 
 // kindOf maps a field type to a column kind.
-func kindOf(t reflect.Type) (feed.Kind, bool, error) {
+func kindOf(t reflect.Type) (Kind, bool, error) {
 	isPtr := false
 	if t.Kind() == reflect.Pointer {
 		isPtr = true
@@ -126,35 +127,46 @@ func kindOf(t reflect.Type) (feed.Kind, bool, error) {
 	}
 	switch {
 	case t == timeType:
-		return feed.KindTime, isPtr, nil
+		return KindTime, isPtr, nil
 	case t == rawJSONType && !isPtr:
-		return feed.KindJSON, false, nil
+		return KindJSON, false, nil
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 && !isPtr:
-		return feed.KindBytes, false, nil
+		return KindBytes, false, nil
 	}
 	switch t.Kind() {
 	case reflect.String:
-		return feed.KindString, isPtr, nil
+		return KindString, isPtr, nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return feed.KindInt, isPtr, nil
+		return KindInt, isPtr, nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return feed.KindUint, isPtr, nil
+		return KindUint, isPtr, nil
 	case reflect.Float32, reflect.Float64:
-		return feed.KindFloat, isPtr, nil
+		return KindFloat, isPtr, nil
 	case reflect.Bool:
-		return feed.KindBool, isPtr, nil
+		return KindBool, isPtr, nil
 	}
 	return 0, false, fmt.Errorf("%w %s (want string, bool, integer, float, time.Time, []byte, json.RawMessage, or a pointer to a scalar for a nullable column)", ErrUnsupportedType, t)
 }
 
-// schema builds the feed schema of a resource backed by this codec.
-func (c *codec) schema(name, table string) *feed.Schema {
-	s := &feed.Schema{Name: name, Table: table, Key: c.key, Scope: c.scope}
-	for _, f := range c.fields {
-		s.Columns = append(s.Columns, f.col)
+// Columns returns the struct's columns in field order.
+func (c *RowCodec) Columns() []Column {
+	cols := make([]Column, len(c.fields))
+	for i, f := range c.fields {
+		cols[i] = f.col
 	}
-	return s
+	return cols
 }
+
+// Key returns the index in Columns of the primary key.
+func (c *RowCodec) Key() int { return c.key }
+
+// Scope returns the indexes in Columns of the scope columns, in declared
+// order. The slice is a copy.
+func (c *RowCodec) Scope() []int { return append([]int(nil), c.scope...) }
+
+// KeyOf returns the canonical text of v's primary key; v is a value of the
+// codec's struct type.
+func (c *RowCodec) KeyOf(v reflect.Value) string { return keyText(v.Field(c.fields[c.key].field)) }
 
 // keyText returns the canonical text of a keyable field value.
 func keyText(v reflect.Value) string {
@@ -171,8 +183,9 @@ func keyText(v reflect.Value) string {
 	panic("tide: keyText of a non-keyable kind") // excluded by buildCodec
 }
 
-// encode returns the row's key, scope values and JSON object.
-func (c *codec) encode(v reflect.Value) (key string, scope []string, row []byte, err error) {
+// Encode returns the key, scope values and JSON object of v, a value of the
+// codec's struct type.
+func (c *RowCodec) Encode(v reflect.Value) (key string, scope []string, row []byte, err error) {
 	key = keyText(v.Field(c.fields[c.key].field))
 	scope = make([]string, len(c.scope))
 	for i, fi := range c.scope {
@@ -183,7 +196,7 @@ func (c *codec) encode(v reflect.Value) (key string, scope []string, row []byte,
 		if i > 0 {
 			row = append(row, ',')
 		}
-		row = appendJSONString(row, f.col.Name)
+		row = AppendString(row, f.col.Name)
 		row = append(row, ':')
 		if row, err = appendValue(row, f, v.Field(f.field)); err != nil {
 			return "", nil, nil, fmt.Errorf("column %s: %w", f.col.Name, err)
@@ -200,22 +213,22 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 		v = v.Elem()
 	}
 	switch f.col.Kind {
-	case feed.KindString:
-		return appendJSONString(b, v.String()), nil
-	case feed.KindInt:
+	case KindString:
+		return AppendString(b, v.String()), nil
+	case KindInt:
 		return strconv.AppendInt(b, v.Int(), 10), nil
-	case feed.KindUint:
+	case KindUint:
 		return strconv.AppendUint(b, v.Uint(), 10), nil
-	case feed.KindBool:
+	case KindBool:
 		return strconv.AppendBool(b, v.Bool()), nil
-	case feed.KindFloat:
+	case KindFloat:
 		x := v.Float()
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return nil, fmt.Errorf("%v cannot be encoded as JSON", x)
 		}
 		out, err := json.Marshal(v.Interface())
 		return append(b, out...), err
-	case feed.KindTime:
+	case KindTime:
 		t := v.Interface().(time.Time)
 		if y := t.Year(); y < 0 || y > 9999 {
 			return nil, fmt.Errorf("year %d is outside [0,9999]", y)
@@ -223,14 +236,14 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 		b = append(b, '"')
 		b = t.AppendFormat(b, time.RFC3339Nano)
 		return append(b, '"'), nil
-	case feed.KindBytes:
+	case KindBytes:
 		if v.IsNil() {
 			return append(b, "null"...), nil
 		}
 		b = append(b, '"')
 		b = base64.StdEncoding.AppendEncode(b, v.Bytes())
 		return append(b, '"'), nil
-	case feed.KindJSON:
+	case KindJSON:
 		raw := v.Bytes()
 		if len(raw) == 0 {
 			return append(b, "null"...), nil
@@ -243,9 +256,10 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 	return nil, fmt.Errorf("%w: kind %s", ErrUnsupportedType, f.col.Kind)
 }
 
-// decode fills the struct v from a JSON row. Columns missing from the row
-// keep their zero value; unknown keys are ignored.
-func (c *codec) decode(row []byte, v reflect.Value) error {
+// Decode fills the struct v (addressable, of the codec's type) from a JSON
+// row. Columns missing from the row keep their zero value; unknown keys are
+// ignored.
+func (c *RowCodec) Decode(row []byte, v reflect.Value) error {
 	if c.decodeFast(row, v) {
 		return nil
 	}
@@ -273,21 +287,21 @@ func (c *codec) decode(row []byte, v reflect.Value) error {
 // of struct type T using its tide tags. It is safe for concurrent use.
 func DecodeRow[T any](row json.RawMessage) (T, error) {
 	var out T
-	c, err := codecFor(reflect.TypeFor[T]())
+	c, err := CodecFor(reflect.TypeFor[T]())
 	if err != nil {
 		return out, err
 	}
-	err = c.decode(row, reflect.ValueOf(&out).Elem())
+	err = c.Decode(row, reflect.ValueOf(&out).Elem())
 	return out, err
 }
 
 // EncodeRow encodes a value of struct type T as tide puts it on the wire: its
 // primary key and the JSON object of its columns.
 func EncodeRow[T any](v T) (key string, row json.RawMessage, err error) {
-	c, err := codecFor(reflect.TypeFor[T]())
+	c, err := CodecFor(reflect.TypeFor[T]())
 	if err != nil {
 		return "", nil, err
 	}
-	key, _, row, err = c.encode(reflect.ValueOf(v))
+	key, _, row, err = c.Encode(reflect.ValueOf(v))
 	return key, row, err
 }

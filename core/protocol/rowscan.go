@@ -1,12 +1,10 @@
-package core
+package protocol
 
 import (
 	"encoding/base64"
 	"reflect"
 	"strconv"
 	"time"
-
-	"github.com/tidesync/tide/core/feed"
 )
 
 // decodeFast fills the struct v from a JSON row without encoding/json: row
@@ -16,7 +14,7 @@ import (
 // (escaped strings, numbers a field cannot hold, odd layouts); the caller
 // then decodes again, from zero, the slow way. FuzzDecodeRowFast checks
 // that the two agree.
-func (c *codec) decodeFast(row []byte, v reflect.Value) bool {
+func (c *RowCodec) decodeFast(row []byte, v reflect.Value) bool {
 	p := scanner{b: row}
 	p.space()
 	if !p.lit("{") {
@@ -59,7 +57,7 @@ func (c *codec) decodeFast(row []byte, v reflect.Value) bool {
 }
 
 // field returns the column named name, or nil.
-func (c *codec) field(name string) *fieldCodec {
+func (c *RowCodec) field(name string) *fieldCodec {
 	for i := range c.fields {
 		if c.fields[i].col.Name == name {
 			return &c.fields[i]
@@ -84,13 +82,13 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
 		fv = fv.Elem()
 	}
 	switch f.col.Kind {
-	case feed.KindString:
+	case KindString:
 		s, ok := p.str()
 		if ok {
 			fv.SetString(s)
 		}
 		return ok
-	case feed.KindBool:
+	case KindBool:
 		switch {
 		case p.lit("true"):
 			fv.SetBool(true)
@@ -100,7 +98,7 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
 			return false
 		}
 		return true
-	case feed.KindInt, feed.KindUint, feed.KindFloat:
+	case KindInt, KindUint, KindFloat:
 		start := p.i
 		if !p.number() {
 			return false
@@ -108,13 +106,13 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
 		tok := string(p.b[start:p.i])
 		bits := fv.Type().Bits()
 		switch f.col.Kind {
-		case feed.KindInt:
+		case KindInt:
 			n, err := strconv.ParseInt(tok, 10, bits)
 			if err != nil {
 				return false
 			}
 			fv.SetInt(n)
-		case feed.KindUint:
+		case KindUint:
 			n, err := strconv.ParseUint(tok, 10, bits)
 			if err != nil {
 				return false
@@ -128,14 +126,14 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
 			fv.SetFloat(x)
 		}
 		return true
-	case feed.KindTime:
+	case KindTime:
 		start := p.i
 		if _, ok := p.str(); !ok {
 			return false
 		}
 		t, ok := fv.Addr().Interface().(*time.Time)
 		return ok && t.UnmarshalJSON(p.b[start:p.i]) == nil
-	case feed.KindBytes:
+	case KindBytes:
 		s, ok := p.str()
 		if !ok {
 			return false
@@ -146,7 +144,7 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
 		}
 		fv.SetBytes(b)
 		return true
-	case feed.KindJSON:
+	case KindJSON:
 		start := p.i
 		if !p.value(0) {
 			return false

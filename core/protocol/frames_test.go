@@ -1,4 +1,4 @@
-package core
+package protocol
 
 import (
 	"encoding/json"
@@ -78,12 +78,12 @@ func FuzzDecodeClientFrame(f *testing.F) {
 				t.Fatal("error without code")
 			}
 			// An error frame for it must itself be valid JSON.
-			if !json.Valid(encodeError(fr.ID, err)) {
+			if !json.Valid(ErrorFrame(fr.ID, err)) {
 				t.Fatalf("error frame for %q is not valid JSON", data)
 			}
 			return
 		}
-		if fr.V != ProtocolVersion {
+		if fr.V != Version {
 			t.Fatalf("accepted version %d", fr.V)
 		}
 		switch fr.Type {
@@ -131,14 +131,14 @@ func FuzzDecodeServerFrame(f *testing.F) {
 func TestEncodedFramesAreValidJSON(t *testing.T) {
 	weird := "q\"\\\n\t\x01\xff\u2028<>&é"
 	frames := [][]byte{
-		encodeWelcome(&Config{BuildID: weird, MaxFrameBytes: 1, MaxSubscriptions: 2}),
-		encodeCaughtUp(weird, weird),
-		encodeReset(weird, weird),
-		encodeError(weird, &Error{Code: CodeForbidden, Message: weird}),
-		encodeError("", &Error{Code: CodeForbidden, Message: weird}),
-		encodeUpdateAvailable(weird),
-		encodeRefreshToken(30),
-		appendChangesEnd(append(appendChangesStart(nil, appendJSONString(nil, weird), weird), appendEntry(nil, "upsert", weird, json.RawMessage(`{"a":1}`), weird)...)),
+		Welcome(weird, Limits{MaxFrameBytes: 1, MaxSubscriptions: 2}),
+		CaughtUp(weird, weird),
+		Reset(weird, ResetReason(weird)),
+		ErrorFrame(weird, &Error{Code: CodeForbidden, Message: weird}),
+		ErrorFrame("", &Error{Code: CodeForbidden, Message: weird}),
+		UpdateAvailable(weird),
+		RefreshToken(30),
+		AppendChangesEnd(append(AppendChangesStart(nil, AppendString(nil, weird), weird), AppendEntry(nil, "upsert", weird, json.RawMessage(`{"a":1}`), weird)...)),
 	}
 	for _, fr := range frames {
 		if !json.Valid(fr) {
@@ -148,16 +148,16 @@ func TestEncodedFramesAreValidJSON(t *testing.T) {
 		if err != nil {
 			t.Fatalf("DecodeServerFrame(%s): %v", fr, err)
 		}
-		if got.V != ProtocolVersion {
+		if got.V != Version {
 			t.Fatalf("frame without version: %s", fr)
 		}
 	}
 }
 
-func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 	for _, s := range []string{"", "plain", "q\"b\\s", "\x00\x1f\x7f", "\xff\xfe", "é漢字🙂", "\u2028\u2029", "<&>"} {
 		var back string
-		if err := json.Unmarshal(appendJSONString(nil, s), &back); err != nil {
+		if err := json.Unmarshal(AppendString(nil, s), &back); err != nil {
 			t.Fatalf("%q: %v", s, err)
 		}
 		want, _ := json.Marshal(s)
@@ -205,9 +205,9 @@ func BenchmarkDecodeServerFrame(b *testing.B) {
 		if i > 0 {
 			entries = append(entries, ',')
 		}
-		entries = appendEntry(entries, "upsert", fmt.Sprintf("k%d", i), json.RawMessage(fmt.Sprintf(`{"id":"k%d","tenant":"t1","grp":2,"title":"a title of a typical length %d","n":%d}`, i, i, i)), "")
+		entries = AppendEntry(entries, "upsert", fmt.Sprintf("k%d", i), json.RawMessage(fmt.Sprintf(`{"id":"k%d","tenant":"t1","grp":2,"title":"a title of a typical length %d","n":%d}`, i, i, i)), "")
 	}
-	frame := appendChangesEnd(append(appendChangesStart(nil, appendJSONString(nil, "s1"), "1.e.5"), entries...))
+	frame := AppendChangesEnd(append(AppendChangesStart(nil, AppendString(nil, "s1"), "1.e.5"), entries...))
 	b.Run("fast", func(b *testing.B) {
 		b.SetBytes(int64(len(frame)))
 		for b.Loop() {

@@ -1,12 +1,10 @@
-package core
+package protocol
 
 import (
 	"encoding/base64"
 	"errors"
 	"strconv"
 	"strings"
-
-	"github.com/tidesync/tide/core/feed"
 )
 
 // Cursor is the decoded form of the opaque cursor string a client stores and
@@ -18,14 +16,14 @@ import (
 // Clients never parse cursors; the Go client compares them only to enforce
 // that its applied cursor never moves backwards.
 type Cursor struct {
-	Epoch    string        // the feed's epoch; a cursor of another epoch is unusable
-	Pos      feed.Position // replay resumes after this position
-	Snapshot bool          // a snapshot is in progress
-	After    string        // snapshot cursors: key of the last row delivered
+	Epoch    string // the feed's epoch; a cursor of another epoch is unusable
+	Pos      uint64 // replay resumes after this position
+	Snapshot bool   // a snapshot is in progress
+	After    string // snapshot cursors: key of the last row delivered
 }
 
-// maxCursorLen bounds a cursor string so a hostile one costs nothing to reject.
-const maxCursorLen = 1024
+// MaxCursorLen bounds a cursor string so a hostile one costs nothing to reject.
+const MaxCursorLen = 1024
 
 // ErrBadCursor reports a cursor string that is not one tide produced.
 var ErrBadCursor = errors.New("tide: malformed cursor")
@@ -40,7 +38,7 @@ func (c Cursor) String() string {
 		b = append(b, '.')
 		b = strconv.AppendUint(b, uint64(c.Pos), 10)
 	} else {
-		b = appendCursor(b, c.Epoch, c.Pos)
+		b = AppendCursor(b, c.Epoch, c.Pos)
 	}
 	if c.Snapshot {
 		b = append(b, '.')
@@ -49,9 +47,9 @@ func (c Cursor) String() string {
 	return string(b)
 }
 
-// appendCursor appends the change cursor of pos (no JSON escaping is needed:
+// AppendCursor appends the change cursor of pos (no JSON escaping is needed:
 // epochs are letters, digits, '-' and '_').
-func appendCursor(b []byte, epoch string, pos feed.Position) []byte {
+func AppendCursor(b []byte, epoch string, pos uint64) []byte {
 	b = append(b, "1."...)
 	b = append(b, epoch...)
 	b = append(b, '.')
@@ -61,7 +59,7 @@ func appendCursor(b []byte, epoch string, pos feed.Position) []byte {
 // ParseCursor decodes a cursor string. The empty string is not a cursor;
 // callers treat it as "no cursor" before calling ParseCursor.
 func ParseCursor(s string) (Cursor, error) {
-	if s == "" || len(s) > maxCursorLen {
+	if s == "" || len(s) > MaxCursorLen {
 		return Cursor{}, ErrBadCursor
 	}
 	parts := strings.Split(s, ".")
@@ -78,7 +76,7 @@ func ParseCursor(s string) (Cursor, error) {
 	default:
 		return Cursor{}, ErrBadCursor
 	}
-	if !validEpoch(parts[1]) {
+	if !ValidEpoch(parts[1]) {
 		return Cursor{}, ErrBadCursor
 	}
 	c.Epoch = parts[1]
@@ -86,13 +84,14 @@ func ParseCursor(s string) (Cursor, error) {
 	if err != nil || (len(parts[2]) > 1 && parts[2][0] == '0') {
 		return Cursor{}, ErrBadCursor
 	}
-	c.Pos = feed.Position(pos)
+	c.Pos = pos
 	return c, nil
 }
 
-// validEpoch accepts the epochs feeds produce: 1 to 64 ASCII letters, digits,
-// '-' or '_'.
-func validEpoch(s string) bool {
+// ValidEpoch reports whether s is a valid feed epoch: 1 to 64 ASCII letters,
+// digits, '-' or '_'. Feeds produce only such epochs, so a cursor carries its
+// epoch with no escaping.
+func ValidEpoch(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false
 	}

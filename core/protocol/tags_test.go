@@ -1,4 +1,4 @@
-package core
+package protocol
 
 import (
 	"strings"
@@ -64,7 +64,7 @@ func FuzzParseTag(f *testing.F) {
 			return
 		}
 		// An accepted column name is a safe identifier.
-		if validIdent(spec.Column) != nil {
+		if ValidIdent(spec.Column) != nil {
 			t.Fatalf("%q accepted with column %q", tag, spec.Column)
 		}
 		if !strings.HasPrefix(tag, spec.Column) {

@@ -1,0 +1,154 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// DecodeClientFrame parses and checks one client frame. It never panics; a
+// bad frame yields an *Error whose code says what is wrong.
+func DecodeClientFrame(data []byte) (ClientFrame, *Error) {
+	var f ClientFrame
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return f, Errorf(CodeBadFrame, "a frame is a JSON object")
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return ClientFrame{}, Errorf(CodeBadFrame, "invalid frame: %v", err)
+	}
+	if f.V == 0 {
+		return f, Errorf(CodeBadFrame, `missing protocol version "v"`)
+	}
+	if f.V != Version {
+		return f, Errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", f.V, Version)
+	}
+	switch f.Type {
+	case FrameHello:
+		if err := CheckText("build", f.Build, MaxBuildLen); err != nil {
+			return f, err
+		}
+		if err := CheckText("origin", f.Origin, MaxOriginLen); err != nil {
+			return f, err
+		}
+		if len(f.Token) > MaxTokenLen {
+			return f, Errorf(CodeBadFrame, "token is longer than %d bytes", MaxTokenLen)
+		}
+	case FrameSubscribe:
+		if err := checkRequired("id", f.ID, MaxIDLen); err != nil {
+			return f, err
+		}
+		if err := checkRequired("resource", f.Resource, MaxNameLen); err != nil {
+			return f, err
+		}
+		if len(f.Conditions) > MaxConditionsN {
+			return f, Errorf(CodeTooManyConditions, "at most %d conditions", MaxConditionsN)
+		}
+		if len(f.Cursor) > MaxCursorLen {
+			return f, Errorf(CodeInvalidCursor, "cursor is longer than %d bytes", MaxCursorLen)
+		}
+		if f.Limit < 0 {
+			return f, Errorf(CodeBadFrame, "limit must not be negative")
+		}
+	case FrameUnsubscribe:
+		if err := checkRequired("id", f.ID, MaxIDLen); err != nil {
+			return f, err
+		}
+	case FrameRefresh:
+		if f.Token == "" {
+			return f, Errorf(CodeBadFrame, "refresh needs a token")
+		}
+		if len(f.Token) > MaxTokenLen {
+			return f, Errorf(CodeBadFrame, "token is longer than %d bytes", MaxTokenLen)
+		}
+	case "":
+		return f, Errorf(CodeBadFrame, `missing frame "type"`)
+	default:
+		return f, Errorf(CodeUnknownType, "unknown frame type %q", Truncate(f.Type, 32))
+	}
+	return f, nil
+}
+
+func checkRequired(field, v string, max int) *Error {
+	if v == "" {
+		return Errorf(CodeBadFrame, "%s is required", field)
+	}
+	return CheckText(field, v, max)
+}
+
+// CheckText rejects over-long values and control characters in identifiers
+// that end up in logs and frames.
+func CheckText(field, v string, max int) *Error {
+	if len(v) > max {
+		return Errorf(CodeBadFrame, "%s is longer than %d bytes", field, max)
+	}
+	if !utf8.ValidString(v) {
+		return Errorf(CodeBadFrame, "%s is not valid UTF-8", field)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] == 0x7f {
+			return Errorf(CodeBadFrame, "%s contains a control character", field)
+		}
+	}
+	return nil
+}
+
+// Truncate shortens s to at most n bytes plus an ellipsis, for quoting
+// client input in error messages.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// ErrBadServerFrame reports a server frame a client cannot use.
+var ErrBadServerFrame = errors.New("tide: bad server frame")
+
+// DecodeServerFrame parses one server frame and checks the fields its type
+// requires. Unknown frame types are returned without error so that old
+// clients tolerate new informational frames; callers ignore them.
+//
+// Entry rows of a changes frame may share data's memory: do not modify data
+// while the frame is in use.
+func DecodeServerFrame(data []byte) (ServerFrame, error) {
+	f, ok := decodeChangesFast(data)
+	if !ok {
+		f = ServerFrame{}
+		if err := json.Unmarshal(data, &f); err != nil {
+			return ServerFrame{}, fmt.Errorf("%w: %v", ErrBadServerFrame, err)
+		}
+	}
+	if f.V != Version {
+		return f, fmt.Errorf("%w: protocol version %d", ErrBadServerFrame, f.V)
+	}
+	switch f.Type {
+	case FrameChanges:
+		if f.Cursor == "" {
+			return f, fmt.Errorf("%w: changes without cursor", ErrBadServerFrame)
+		}
+		for _, e := range f.Entries {
+			if e.Op != "upsert" && e.Op != "delete" {
+				return f, fmt.Errorf("%w: entry op %q", ErrBadServerFrame, e.Op)
+			}
+			if e.Op == "upsert" && len(e.Row) == 0 {
+				return f, fmt.Errorf("%w: upsert without row", ErrBadServerFrame)
+			}
+		}
+	case FrameCaughtUp:
+		if f.ID == "" || f.Cursor == "" {
+			return f, fmt.Errorf("%w: caught-up needs id and cursor", ErrBadServerFrame)
+		}
+	case FrameReset:
+		if f.ID == "" {
+			return f, fmt.Errorf("%w: reset without id", ErrBadServerFrame)
+		}
+	case FrameError:
+		if f.Code == "" {
+			return f, fmt.Errorf("%w: error without code", ErrBadServerFrame)
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,198 @@
+package protocol
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+const hexDigits = "0123456789abcdef"
+
+// AppendString appends s as a JSON string. Like encoding/json it escapes
+// quotes, backslashes and control characters and replaces invalid UTF-8 with
+// U+FFFD, so any Go string yields valid JSON; unlike it, it does not escape
+// HTML characters, which frames never need. It exists because frames are
+// encoded on the fan-out hot path, where reflection would dominate.
+func AppendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		// U+2028 and U+2029 are valid JSON but break JavaScript eval-style
+		// parsers; escape them as encoding/json does.
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendFrameStart appends the header every server frame starts with.
+func appendFrameStart(b []byte, typ string) []byte {
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, Version, 10)
+	b = append(b, `,"type":"`...)
+	b = append(b, typ...)
+	return append(b, '"')
+}
+
+// appendField appends `,"name":"value"` with value JSON-escaped.
+func appendField(b []byte, name, value string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return AppendString(b, value)
+}
+
+// Welcome encodes the server's reply to hello.
+func Welcome(build string, l Limits) []byte {
+	b := appendFrameStart(nil, FrameWelcome)
+	b = appendField(b, "build", build)
+	b = append(b, `,"limits":{"max_frame_bytes":`...)
+	b = strconv.AppendInt(b, int64(l.MaxFrameBytes), 10)
+	b = append(b, `,"max_subscriptions":`...)
+	b = strconv.AppendInt(b, int64(l.MaxSubscriptions), 10)
+	b = append(b, `,"frame_rate":`...)
+	b = strconv.AppendInt(b, int64(l.FrameRate), 10)
+	b = append(b, `,"frame_burst":`...)
+	b = strconv.AppendInt(b, int64(l.FrameBurst), 10)
+	return append(b, '}', '}')
+}
+
+// CaughtUp encodes the marker that ends a subscription's catch-up.
+func CaughtUp(id, cursor string) []byte {
+	b := appendFrameStart(nil, FrameCaughtUp)
+	b = appendField(b, "id", id)
+	b = appendField(b, "cursor", cursor)
+	return append(b, '}')
+}
+
+// Reset encodes a reset of subscription id. An empty id is the polling
+// form, where the request names the subscription.
+func Reset(id string, reason ResetReason) []byte {
+	b := appendFrameStart(nil, FrameReset)
+	if id != "" {
+		b = appendField(b, "id", id)
+	}
+	b = appendField(b, "reason", string(reason))
+	return append(b, '}')
+}
+
+// ErrorFrame encodes e as an error frame; id names the subscription it is
+// about, or is empty for an error about the connection.
+func ErrorFrame(id string, e *Error) []byte {
+	b := appendFrameStart(nil, FrameError)
+	if id != "" {
+		b = appendField(b, "id", id)
+	}
+	b = appendField(b, "code", string(e.Code))
+	b = appendField(b, "message", e.Message)
+	return append(b, '}')
+}
+
+// UpdateAvailable encodes the notice that the server runs another build.
+func UpdateAvailable(build string) []byte {
+	b := appendFrameStart(nil, FrameUpdateAvailable)
+	b = appendField(b, "build", build)
+	return append(b, '}')
+}
+
+// RefreshToken encodes the request for a fresh token, expiresIn seconds
+// before the current one expires.
+func RefreshToken(expiresIn int) []byte {
+	b := appendFrameStart(nil, FrameRefreshToken)
+	b = append(b, `,"expires_in":`...)
+	b = strconv.AppendInt(b, int64(expiresIn), 10)
+	return append(b, '}')
+}
+
+// AppendChangesStart begins a changes frame; entries (AppendEntry, comma
+// separated) follow, then AppendChangesEnd. idJSON is the subscription id,
+// already JSON-encoded (subscriptions keep it so).
+func AppendChangesStart(b, idJSON []byte, cursor string) []byte {
+	b = appendFrameStart(b, FrameChanges)
+	b = append(b, `,"id":`...)
+	b = append(b, idJSON...)
+	b = appendField(b, "cursor", cursor)
+	return append(b, `,"entries":[`...)
+}
+
+// AppendPollStart begins the changes frame of a polling response, which
+// names no subscription and says whether more pages are ready.
+func AppendPollStart(b []byte, cursor string, more bool) []byte {
+	b = appendFrameStart(b, FrameChanges)
+	b = appendField(b, "cursor", cursor)
+	if more {
+		b = append(b, `,"more":true`...)
+	} else {
+		b = append(b, `,"more":false`...)
+	}
+	return append(b, `,"entries":[`...)
+}
+
+// AppendChangesEnd ends a changes frame.
+func AppendChangesEnd(b []byte) []byte { return append(b, ']', '}') }
+
+// AppendLiveChangesStart is AppendChangesStart with a change cursor built
+// in place, for the live path where a frame must not allocate.
+func AppendLiveChangesStart(b, idJSON []byte, epoch string, pos uint64) []byte {
+	b = appendFrameStart(b, FrameChanges)
+	b = append(b, `,"id":`...)
+	b = append(b, idJSON...)
+	b = append(b, `,"cursor":"`...)
+	b = AppendCursor(b, epoch, pos)
+	return append(b, `","entries":[`...)
+}
+
+// AppendEntry appends one entry of a changes frame. row is nil for a
+// delete; origin is omitted when empty.
+func AppendEntry(b []byte, op, key string, row json.RawMessage, origin string) []byte {
+	b = append(b, `{"op":"`...)
+	b = append(b, op...)
+	b = append(b, `","key":`...)
+	b = AppendString(b, key)
+	if row != nil {
+		b = append(b, `,"row":`...)
+		b = append(b, row...)
+	}
+	if origin != "" {
+		b = appendField(b, "origin", origin)
+	}
+	return append(b, '}')
+}

@@ -1,0 +1,91 @@
+package protocol
+
+import "encoding/json"
+
+// Version is the wire protocol version this package speaks. Every frame
+// carries it in its "v" field.
+const Version = 1
+
+// Frame types. docs/protocol.md specifies every frame and field.
+const (
+	// Client to server.
+	FrameHello       = "hello"
+	FrameSubscribe   = "subscribe"
+	FrameUnsubscribe = "unsubscribe"
+	FrameRefresh     = "refresh"
+
+	// Server to client.
+	FrameWelcome         = "welcome"
+	FrameChanges         = "changes"
+	FrameCaughtUp        = "caught-up"
+	FrameReset           = "reset"
+	FrameError           = "error"
+	FrameUpdateAvailable = "update-available"
+	FrameRefreshToken    = "refresh-token"
+)
+
+// Field limits of client frames, checked by DecodeClientFrame.
+const (
+	MaxIDLen       = 128  // subscription ids
+	MaxNameLen     = 128  // resource names
+	MaxBuildLen    = 128  // build ids
+	MaxOriginLen   = 128  // origins
+	MaxTokenLen    = 8192 // channel tokens
+	MaxConditionsN = 64   // conditions of one subscribe, before the server's own (lower) limit
+)
+
+// ClientFrame is a decoded client-to-server frame. Fields not used by a frame
+// type are zero.
+type ClientFrame struct {
+	V    int    `json:"v"`
+	Type string `json:"type"`
+
+	// hello
+	Build  string `json:"build,omitempty"`
+	Origin string `json:"origin,omitempty"`
+	Token  string `json:"token,omitempty"` // also refresh
+
+	// subscribe, unsubscribe
+	ID         string                     `json:"id,omitempty"`
+	Resource   string                     `json:"resource,omitempty"`
+	Conditions map[string]json.RawMessage `json:"conditions,omitempty"`
+	Cursor     string                     `json:"cursor,omitempty"`
+	Limit      int                        `json:"limit,omitempty"`
+}
+
+// Entry is one change inside a changes frame, as a client sees it.
+type Entry struct {
+	Op       string          `json:"op"`                 // "upsert" or "delete"
+	Key      string          `json:"key"`                // primary key, canonical text
+	Row      json.RawMessage `json:"row,omitempty"`      // upserts: the row as a JSON object keyed by column
+	Origin   string          `json:"origin,omitempty"`   // origin of the write, if it had one
+	Resource string          `json:"resource,omitempty"` // absent: the subscription's resource
+}
+
+// Limits are the server limits announced in the welcome frame.
+type Limits struct {
+	MaxFrameBytes    int `json:"max_frame_bytes"`
+	MaxSubscriptions int `json:"max_subscriptions"`
+	FrameRate        int `json:"frame_rate"`  // sustained client frames per second
+	FrameBurst       int `json:"frame_burst"` // client frames allowed at once above the rate
+}
+
+// ServerFrame is a decoded server-to-client frame, for clients written in Go.
+// Fields not used by a frame type are zero.
+type ServerFrame struct {
+	V    int    `json:"v"`
+	Type string `json:"type"`
+
+	Build  string  `json:"build,omitempty"`  // welcome, update-available
+	Limits *Limits `json:"limits,omitempty"` // welcome
+
+	ID      string  `json:"id,omitempty"`      // changes, caught-up, reset, error (if about a subscription); absent in polling responses
+	Cursor  string  `json:"cursor,omitempty"`  // changes, caught-up
+	More    bool    `json:"more,omitempty"`    // polling responses: another page is ready now
+	Entries []Entry `json:"entries,omitempty"` // changes
+
+	Reason    ResetReason `json:"reason,omitempty"`     // reset
+	Code      Code        `json:"code,omitempty"`       // error
+	Message   string      `json:"message,omitempty"`    // error
+	ExpiresIn int         `json:"expires_in,omitempty"` // refresh-token: seconds until the token expires
+}

@@ -1,0 +1,151 @@
+package protocol
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+type goodRow struct {
+	ID        string          `tide:"id,pk"`
+	ProjectID string          `tide:"project_id,scope"`
+	Owner     int64           `tide:"owner,scope"`
+	Title     string          `tide:"title"`
+	Done      bool            `tide:"done"`
+	Score     float64         `tide:"score"`
+	At        time.Time       `tide:"at"`
+	Note      *string         `tide:"note"`
+	Blob      []byte          `tide:"blob"`
+	Meta      json.RawMessage `tide:"meta"`
+	Count     *uint16         `tide:"count"`
+	Ignored   string
+	Skipped   string `tide:"-"`
+}
+
+func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
+func valueOf(v any) reflect.Value { return reflect.ValueOf(v) }
+
+func TestRowRoundTrip(t *testing.T) {
+	note := "n\"ote"
+	var cnt uint16 = 7
+	in := goodRow{
+		ID: "t1", ProjectID: "p7", Owner: -3, Title: "hé\nllo", Done: true, Score: 1.5,
+		At: time.Date(2026, 11, 30, 15, 4, 5, 123456000, time.UTC), Note: &note,
+		Blob: []byte{0, 1, 2, 255}, Meta: json.RawMessage(`{"a":[1,2]}`), Count: &cnt,
+		Ignored: "x", Skipped: "y",
+	}
+	key, row, err := EncodeRow(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "t1" || !json.Valid(row) {
+		t.Fatalf("key %q row %s", key, row)
+	}
+	out, err := DecodeRow[goodRow](row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Ignored, in.Skipped = "", ""
+	if !out.At.Equal(in.At) {
+		t.Fatalf("time %v != %v", out.At, in.At)
+	}
+	out.At = in.At
+	a, _ := json.Marshal(in)
+	b, _ := json.Marshal(out)
+	if string(a) != string(b) {
+		t.Fatalf("round trip:\n in %s\nout %s", a, b)
+	}
+	// Nil pointers and slices are null.
+	_, row, err = EncodeRow(goodRow{ID: "t2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(row, &m)
+	for _, col := range []string{"note", "blob", "meta", "count"} {
+		if v, ok := m[col]; !ok || v != nil {
+			t.Fatalf("%s = %v, want null", col, v)
+		}
+	}
+}
+
+func TestEncodeRejectsUnencodable(t *testing.T) {
+	type f struct {
+		ID string  `tide:"id,pk"`
+		X  float64 `tide:"x"`
+	}
+	type j struct {
+		ID string          `tide:"id,pk"`
+		M  json.RawMessage `tide:"m"`
+	}
+	nan := 0.0
+	nan = nan / nan
+	if _, _, err := EncodeRow(f{ID: "a", X: nan}); err == nil {
+		t.Fatal("NaN encoded")
+	}
+	if _, _, err := EncodeRow(j{ID: "a", M: json.RawMessage("{")}); err == nil {
+		t.Fatal("invalid raw JSON encoded")
+	}
+}
+
+func TestKeyAndScopeText(t *testing.T) {
+	type r struct {
+		ID    uint64 `tide:"id,pk"`
+		Org   int8   `tide:"org,scope"`
+		Flag  bool   `tide:"flag,scope"`
+		Title string `tide:"title"`
+	}
+	c, err := CodecFor(typeOf[r]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, scope, _, err := c.Encode(valueOf(r{ID: 18446744073709551615, Org: -128, Flag: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "18446744073709551615" || scope[0] != "-128" || scope[1] != "true" {
+		t.Fatalf("key %q scope %q", key, scope)
+	}
+}
+
+// FuzzDecodeRowFast: wherever the fast row decoder answers, it agrees with
+// the encoding/json path.
+func FuzzDecodeRowFast(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"t1","project_id":"p7","owner":-3,"title":"hi","done":true,"score":1.5,"at":"2026-11-30T15:04:05.123456Z","note":"n","blob":"AAEC/w==","meta":{"a":[1,2]},"count":7}`,
+		`{"id": "t2", "owner": 9223372036854775807, "note": null, "count": null, "extra": [1, {"x": "y"}]}`,
+		`{"id":"t3","at":"2026-11-30T15:04:05+02:00","score":-1e-7,"meta":null}`,
+		`{"id":"t\u00e9","owner":1.0}`, `{}`, `{"count":70000}`, `{"id":"a","id":"b"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	c, err := CodecFor(typeOf[goodRow]())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast goodRow
+		if !c.decodeFast(data, valueOf(&fast).Elem()) {
+			return
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(data, &obj); err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		var slow goodRow
+		sv := valueOf(&slow).Elem()
+		for _, fc := range c.fields {
+			if raw, ok := obj[fc.col.Name]; ok {
+				if err := json.Unmarshal(raw, sv.Field(fc.field).Addr().Interface()); err != nil {
+					t.Fatalf("fast path accepted %q, encoding/json refuses column %s: %v", data, fc.col.Name, err)
+				}
+			}
+		}
+		a, _ := json.Marshal(fast)
+		b, _ := json.Marshal(slow)
+		if string(a) != string(b) || !fast.At.Equal(slow.At) {
+			t.Fatalf("%q:\nfast %s\nslow %s", data, a, b)
+		}
+	})
+}
