@@ -100,10 +100,6 @@ func RequireClaim(column, claim string) Policy {
 	}
 }
 
-// ClaimContains is RequireClaim, under a name that says what it compares:
-// every value of the condition on column must be contained in the claim.
-func ClaimContains(column, claim string) Policy { return RequireClaim(column, claim) }
-
 // ClaimEquals allows a subscription whose condition on column exists and
 // whose every value equals the principal's claim, which must be a single
 // value (per-user scopes: ClaimEquals("owner_id", "user_id")). An "in" list

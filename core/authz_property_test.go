@@ -159,7 +159,7 @@ func (n *policyNode) policy() authz.Policy {
 	case "teamEquals":
 		return authz.ClaimEquals("team", "team")
 	case "teamClaim":
-		return authz.ClaimContains("team", "teams")
+		return authz.RequireClaim("team", "teams")
 	case "admin":
 		return authz.HasClaim("role", "admin")
 	}

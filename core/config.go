@@ -111,9 +111,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// WithDefaults returns a copy of c with every zero field set to its default.
+// withDefaults returns a copy of c with every zero field set to its default.
 // It does not create the default feed; New does.
-func (c Config) WithDefaults() Config {
+func (c Config) withDefaults() Config {
 	setInt := func(v *int, def int) {
 		if *v == 0 {
 			*v = def

@@ -27,7 +27,7 @@ const closeGrace = 2 * time.Second
 // something to write.
 type conn struct {
 	e  *Engine
-	ws *websocket.Conn
+	ws Socket
 
 	// principal is who the connection speaks for (see currentPrincipal):
 	// the app's at accept, replaced by the token of hello or refresh.
@@ -47,12 +47,13 @@ type conn struct {
 	killOnce sync.Once
 }
 
-// Accept takes over an upgraded WebSocket connection for a caller the app
+// Accept takes over an upgraded WebSocket connection (a *websocket.Conn of
+// gorilla/websocket satisfies Socket) for a caller the app
 // identified as p (authz.Anonymous if none; a hello token may replace it).
 // It returns at once; the engine serves the connection until it closes. If
 // the engine is draining, the connection is closed with 4002 and ErrDraining
 // is returned.
-func (e *Engine) Accept(ws *websocket.Conn, p authz.Principal) error {
+func (e *Engine) Accept(ws Socket, p authz.Principal) error {
 	c := &conn{e: e, ws: ws, subs: map[string]*subscription{}}
 	c.principal.Store(&p)
 	c.out.init(e.cfg.SendBuffer)

@@ -51,7 +51,7 @@ var ErrDraining = &protocol.Error{Code: protocol.CodeDraining, Message: "the ser
 // New returns an engine for cfg. It validates the configuration and starts no
 // goroutines.
 func New(cfg Config) (*Engine, error) {
-	cfg = cfg.WithDefaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -79,7 +79,6 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Feed() feed.Feed { return e.feed }
 
 // Config returns the engine's configuration with defaults applied.
-func (e *Engine) Config() Config { return e.cfg }
 
 // Schemas returns the schemas of every registered resource, for feeds that
 // install capture for them (such as the Postgres feed's migration).

@@ -121,8 +121,14 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 // Name returns the resource's wire name.
 func (t *Table[T]) Name() string { return t.res.schema.Name }
 
-// Schema returns the resource's schema. It must not be modified.
-func (t *Table[T]) Schema() *feed.Schema { return t.res.schema }
+// Schema returns a copy of the resource's schema: its table, columns, key
+// and scope columns as the engine and the feed see them.
+func (t *Table[T]) Schema() *feed.Schema {
+	s := *t.res.schema
+	s.Columns = append([]protocol.Column(nil), s.Columns...)
+	s.Scope = append([]int(nil), s.Scope...)
+	return &s
+}
 
 // Upsert writes rows atomically: each row is inserted, or replaces the row
 // with the same primary key. A row whose scope columns changed moves between

@@ -29,10 +29,6 @@ type Options struct {
 	MaxChanges int
 }
 
-// ErrInvalidMutation is wrapped by the error Apply returns for a mutation it
-// rejects (nil schema, unknown op, missing or malformed row, wrong number of
-// scope values). Nothing is written when Apply returns it.
-var ErrInvalidMutation = feed.ErrInvalidMutation
 
 // Feed is an in-memory change feed. It implements feed.Feed and feed.Writer
 // and is safe for concurrent use. Create it with New.
@@ -144,7 +140,7 @@ func (f *Feed) signal() {
 
 // Apply writes muts atomically and in order, tagged with origin. Every
 // mutation is validated first; if one is invalid Apply returns an error
-// wrapping ErrInvalidMutation and writes nothing. Scope and Row of a delete
+// wrapping feed.ErrInvalidMutation and writes nothing. Scope and Row of a delete
 // are ignored. Rows and scope values are copied, so the caller may reuse its
 // buffers.
 func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) error {
@@ -154,7 +150,7 @@ func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) 
 	prepared := make([]feed.Mutation, len(muts))
 	for i, m := range muts {
 		if err := m.Validate(); err != nil {
-			return fmt.Errorf("%w %d of %d: %s", ErrInvalidMutation, i+1, len(muts), err)
+			return fmt.Errorf("%w %d of %d: %s", feed.ErrInvalidMutation, i+1, len(muts), err)
 		}
 		if m.Op == feed.OpUpsert {
 			m.Scope = slices.Clone(m.Scope)

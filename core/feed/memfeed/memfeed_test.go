@@ -166,7 +166,7 @@ func TestApplyValidation(t *testing.T) {
 	}
 	for name, m := range bad {
 		err := f.Apply(ctx, "", good, m)
-		if !errors.Is(err, memfeed.ErrInvalidMutation) {
+		if !errors.Is(err, feed.ErrInvalidMutation) {
 			t.Errorf("%s: Apply = %v, want ErrInvalidMutation", name, err)
 			continue
 		}
