@@ -29,7 +29,6 @@ type Options struct {
 	MaxChanges int
 }
 
-
 // Feed is an in-memory change feed. It implements feed.Feed and feed.Writer
 // and is safe for concurrent use. Create it with New.
 type Feed struct {
