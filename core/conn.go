@@ -2,9 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,13 +9,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tidesync/tide/authz"
-	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
 )
-
-// closeGrace is how long a closing connection waits for the peer's close
-// reply before the TCP connection is cut.
-const closeGrace = 2 * time.Second
 
 // conn is one WebSocket connection. Its reader goroutine owns the
 // connection's lifetime: it reads and handles client frames and tears the
@@ -72,108 +64,6 @@ func (e *Engine) Accept(ws Socket, p authz.Principal) error {
 	e.stats.connections.Add(1)
 	go c.readLoop()
 	return nil
-}
-
-func (c *conn) readLoop() {
-	defer c.e.wg.Done()
-	defer c.teardown()
-	cfg := &c.e.cfg
-	c.ws.SetReadLimit(-1) // frame size is enforced below, with an error frame instead of a close
-	_ = c.ws.SetReadDeadline(time.Now().Add(cfg.HelloTimeout))
-	c.ws.SetPongHandler(func(string) error {
-		return c.ws.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
-	})
-	c.limiter = newFrameLimiter(cfg.FrameRate, cfg.FrameBurst, time.Now())
-	for {
-		mt, r, err := c.ws.NextReader()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() && !c.isClosing() {
-				c.closeWith(protocol.CloseIdle, "idle timeout")
-			}
-			return
-		}
-		// The frame buffer is borrowed only while a frame is handled, so an
-		// idle connection holds none.
-		bp := frameBuffers.Get().(*[]byte)
-		buf, tooBig, err := readFrame(r, (*bp)[:0], cfg.MaxFrameBytes)
-		if err != nil {
-			return
-		}
-		if c.helloDone {
-			_ = c.ws.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
-		}
-		switch {
-		case c.isEnding():
-			// Draining the peer's frames until its close reply arrives.
-		case tooBig:
-			c.sendError("", protocol.Errorf(protocol.CodeFrameTooLarge, "frames are limited to %d bytes", cfg.MaxFrameBytes))
-		case !c.limiter.allow(time.Now()):
-			// One error per refused run, not one per frame: the answer
-			// must not become a flood of its own.
-			if c.limiter.refused == 1 {
-				c.sendError("", protocol.Errorf(protocol.CodeRateLimited, "more than %d frames per second; frames are being dropped", cfg.FrameRate))
-			}
-			if c.limiter.refused > 4*cfg.FrameBurst {
-				c.closeAfterFlush(protocol.ClosePolicy, "rate limit")
-			}
-		case mt != websocket.TextMessage:
-			c.sendError("", protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text messages"))
-		default:
-			c.handleOffStack(buf)
-		}
-		if cap(buf) <= 64<<10 { // do not pool what an oversized frame grew
-			*bp = buf[:0]
-			frameBuffers.Put(bp)
-		}
-	}
-}
-
-// frameBuffers holds buffers for reading client frames. Handlers copy what
-// they keep (encoding/json copies strings and RawMessages), so a buffer is
-// free again once its frame is handled.
-var frameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
-
-// readFrame reads one message into buf, up to max bytes. A longer message is
-// discarded, up to 16 times max (beyond that the connection is dropped),
-// and reported as tooBig.
-func readFrame(r io.Reader, buf []byte, max int) ([]byte, bool, error) {
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if len(buf) > max {
-			rest, derr := io.Copy(io.Discard, io.LimitReader(r, 16*int64(max)))
-			if derr != nil {
-				return buf[:0], true, derr
-			}
-			if rest == 16*int64(max) {
-				return buf[:0], true, errors.New("tide: frame far beyond the size limit")
-			}
-			return buf[:0], true, nil
-		}
-		if err == io.EOF {
-			return buf, false, nil
-		}
-		if err != nil {
-			return buf, false, err
-		}
-	}
-}
-
-// handleOffStack handles a frame on a short-lived goroutine and waits for
-// it. Decoding and policy calls need deep stacks; run on the reader they
-// would grow its stack for good, and an idle connection would keep paying
-// for it. The reader's own stack stays at its minimum.
-func (c *conn) handleOffStack(frame []byte) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.handle(frame)
-	}()
-	<-done
 }
 
 // handle dispatches one client frame.
@@ -373,69 +263,13 @@ func (c *conn) isEnding() bool {
 	return c.closing || c.out.closeQueued
 }
 
-// closeWith starts the close handshake: it discards queued frames, sends a
-// close frame with code, and gives the peer closeGrace to answer before the
-// reader gives up. Only the first call has an effect.
-func (c *conn) closeWith(code protocol.CloseCode, reason string) {
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return
+// currentPrincipal returns who the connection speaks for: the app's
+// principal from the upgrade request, or the one of the connection's
+// latest valid token. Safe for concurrent use: the fan-out reads it for
+// every change.
+func (c *conn) currentPrincipal() authz.Principal {
+	if p := c.principal.Load(); p != nil {
+		return *p
 	}
-	c.closing = true
-	c.out.discard()
-	c.mu.Unlock()
-	deadline := time.Now().Add(time.Second)
-	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(code), reason), deadline); err != nil {
-		c.kill()
-		return
-	}
-	_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
-}
-
-// kill cuts the TCP connection; the reader then tears everything down.
-func (c *conn) kill() {
-	c.killOnce.Do(func() { _ = c.ws.NetConn().Close() })
-}
-
-// teardown runs when the reader ends: every subscription ends and the engine
-// forgets the connection.
-func (c *conn) teardown() {
-	c.mu.Lock()
-	c.closing = true
-	c.out.discard()
-	subs := make([]*subscription, 0, len(c.subs))
-	for _, s := range c.subs {
-		subs = append(subs, s)
-	}
-	n := len(c.subs)
-	c.subs = map[string]*subscription{}
-	c.mu.Unlock()
-	c.e.stats.subscriptions.Add(int64(-n))
-	for _, s := range subs {
-		s.close()
-	}
-	c.kill()
-	c.e.auth.forget(c)
-	c.e.mu.Lock()
-	delete(c.e.conns, c)
-	c.e.mu.Unlock()
-	c.e.stats.connections.Add(-1)
-}
-
-// normalizeLimit turns a client's page limit into the one used: zero means
-// the default page size, anything above the maximum is capped.
-func (e *Engine) normalizeLimit(limit int) int {
-	switch {
-	case limit <= 0:
-		return e.cfg.PageSize
-	case limit > e.cfg.MaxPageSize:
-		return e.cfg.MaxPageSize
-	}
-	return limit
-}
-
-// cursorString encodes a change cursor of this engine's feed.
-func (e *Engine) cursorString(pos feed.Position) string {
-	return protocol.Cursor{Epoch: e.epoch, Pos: uint64(pos)}.String()
+	return authz.Anonymous
 }

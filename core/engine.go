@@ -2,10 +2,8 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tidesync/tide/core/feed"
@@ -161,67 +159,6 @@ func (e *Engine) awaitReady(ctx context.Context) error {
 	}
 }
 
-// tailLoop reads the feed in position order and hands each batch to the hub.
-// It is the only dispatcher, so changes reach subscriptions in order.
-func (e *Engine) tailLoop() {
-	defer e.wg.Done()
-	ctx := e.ctx
-	var pos feed.Position
-	for attempt := 0; ; attempt++ {
-		var err error
-		if pos, err = e.feed.Head(ctx); err == nil {
-			// A feed may learn its epoch on first contact with its store,
-			// so it is read after Head succeeds.
-			if e.epoch = e.feed.Epoch(); protocol.ValidEpoch(e.epoch) {
-				break
-			}
-			err = fmt.Errorf("feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
-		}
-		if !e.backoff(ctx, attempt, "head", err) {
-			return
-		}
-	}
-	e.hub.advance(pos)
-	close(e.ready)
-	const batch = 1024
-	for attempt := 0; ; {
-		changes, err := e.bus.src.Tail(ctx, pos, batch)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, feed.ErrCursorExpired) {
-				// The tailer fell behind retention (of the feed, or of the
-				// bus): everyone resyncs from their own cursor through the
-				// feed, which yields a reset where needed.
-				head, herr := e.feed.Head(ctx)
-				if herr == nil {
-					e.cfg.Logger.Warn("tide: tailer fell behind the retained change log; resyncing every subscription", "pos", pos, "head", head)
-					pos = head
-					// The skipped changes count as dispatched: every
-					// subscription replays them, up to at least head.
-					e.hub.advance(head)
-					e.hub.desyncAll()
-					continue
-				}
-				err = herr
-			}
-			if !e.backoff(ctx, attempt, "tail", err) {
-				return
-			}
-			attempt++
-			continue
-		}
-		attempt = 0
-		if len(changes) == 0 {
-			continue
-		}
-		e.hub.dispatch(changes)
-		pos = changes[len(changes)-1].Pos
-		e.stats.tailBatches.Add(1)
-	}
-}
-
 // backoff logs err and waits a jittered, exponentially growing delay
 // (capped at 5 s). It reports false if ctx ended.
 func (e *Engine) backoff(ctx context.Context, attempt int, what string, err error) bool {
@@ -269,56 +206,5 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.mu.RUnlock()
 		<-done
 		return ctx.Err()
-	}
-}
-
-// counters are the engine's operational counters.
-type counters struct {
-	tailStarts      atomic.Int64
-	tailBatches     atomic.Int64
-	connections     atomic.Int64
-	subscriptions   atomic.Int64
-	replayQueries   atomic.Int64
-	replayShared    atomic.Int64
-	replayMemory    atomic.Int64
-	snapshotQueries atomic.Int64
-	snapshotShared  atomic.Int64
-	delivered       atomic.Int64
-	dropped         atomic.Int64
-	resets          atomic.Int64
-}
-
-// Stats is a snapshot of an engine's counters.
-type Stats struct {
-	TailStarts      int64 // times the tailer started: 1 once serving, however often servers start
-	TailBatches     int64 // batches read by the tailer
-	Connections     int64 // open WebSocket connections
-	Subscriptions   int64 // active subscriptions
-	ReplayQueries   int64 // replay pages read from the feed
-	ReplayShared    int64 // replay pages served by another subscription's read of the same page
-	ReplayMemory    int64 // replays served from the engine's memory of recent changes
-	SnapshotQueries int64 // snapshot pages read from the feed
-	SnapshotShared  int64 // snapshot pages served by another subscription's read of the same page
-	Delivered       int64 // live entries queued to sockets
-	Dropped         int64 // live entries dropped for backpressure
-	Resets          int64 // reset frames sent
-}
-
-// Stats returns the engine's counters.
-func (e *Engine) Stats() Stats {
-	s := &e.stats
-	return Stats{
-		TailStarts:      s.tailStarts.Load(),
-		TailBatches:     s.tailBatches.Load(),
-		Connections:     s.connections.Load(),
-		Subscriptions:   s.subscriptions.Load(),
-		ReplayQueries:   s.replayQueries.Load(),
-		ReplayShared:    s.replayShared.Load(),
-		ReplayMemory:    s.replayMemory.Load(),
-		SnapshotQueries: s.snapshotQueries.Load(),
-		SnapshotShared:  s.snapshotShared.Load(),
-		Delivered:       s.delivered.Load(),
-		Dropped:         s.dropped.Load(),
-		Resets:          s.resets.Load(),
 	}
 }

@@ -1,6 +1,8 @@
 package core
 
-import "time"
+import (
+	"time"
+)
 
 // frameLimiter is a token bucket over client frames, owned by a connection's
 // reader goroutine (no locking). A frame costs one token; tokens refill at

@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"strings"
-	"sync/atomic"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -228,49 +226,4 @@ func WithOrigin(ctx context.Context, origin string) context.Context {
 func OriginFrom(ctx context.Context) string {
 	s, _ := ctx.Value(originKey{}).(string)
 	return s
-}
-
-// guardPolicy wraps a resource's policy so that a token's grants restrict
-// every resource whatever its policy says, and a panicking policy denies
-// instead of crashing the server. A nil policy stays nil (deny).
-func guardPolicy(policy authz.Policy) authz.Policy {
-	if policy == nil {
-		return nil
-	}
-	return func(ctx context.Context, r authz.Request) (err error) {
-		if err := authz.CheckGrants(r); err != nil {
-			return err
-		}
-		defer func() {
-			if v := recover(); v != nil {
-				err = fmt.Errorf("the policy of %s panicked: %v", r.Resource, v)
-			}
-		}()
-		return policy(ctx, r)
-	}
-}
-
-// rowFilter is a resource's authz.RowFilter with its row type erased: rows
-// are decoded once per change (decode) and the result handed to every
-// subscriber's check (visible).
-type rowFilter struct {
-	decode  func(row json.RawMessage) (any, error)
-	visible func(p authz.Principal, row any) bool
-	log     *slog.Logger
-	panics  atomic.Int64
-	badRows atomic.Int64
-}
-
-func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.Logger) *rowFilter {
-	return &rowFilter{
-		decode: func(row json.RawMessage) (any, error) {
-			v := new(T)
-			if err := c.Decode(row, reflect.ValueOf(v).Elem()); err != nil {
-				return nil, err
-			}
-			return v, nil
-		},
-		visible: func(p authz.Principal, row any) bool { return f(p, row.(*T)) },
-		log:     log,
-	}
 }

@@ -1,10 +1,331 @@
 package core
 
 import (
+	"errors"
 	"io"
 	"net"
+	"sync"
 	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
+
+// closeGrace is how long a closing connection waits for the peer's close
+// reply before the TCP connection is cut.
+const closeGrace = 2 * time.Second
+
+func (c *conn) readLoop() {
+	defer c.e.wg.Done()
+	defer c.teardown()
+	cfg := &c.e.cfg
+	c.ws.SetReadLimit(-1) // frame size is enforced below, with an error frame instead of a close
+	_ = c.ws.SetReadDeadline(time.Now().Add(cfg.HelloTimeout))
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
+	})
+	c.limiter = newFrameLimiter(cfg.FrameRate, cfg.FrameBurst, time.Now())
+	for {
+		mt, r, err := c.ws.NextReader()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !c.isClosing() {
+				c.closeWith(protocol.CloseIdle, "idle timeout")
+			}
+			return
+		}
+		// The frame buffer is borrowed only while a frame is handled, so an
+		// idle connection holds none.
+		bp := frameBuffers.Get().(*[]byte)
+		buf, tooBig, err := readFrame(r, (*bp)[:0], cfg.MaxFrameBytes)
+		if err != nil {
+			return
+		}
+		if c.helloDone {
+			_ = c.ws.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
+		}
+		switch {
+		case c.isEnding():
+			// Draining the peer's frames until its close reply arrives.
+		case tooBig:
+			c.sendError("", protocol.Errorf(protocol.CodeFrameTooLarge, "frames are limited to %d bytes", cfg.MaxFrameBytes))
+		case !c.limiter.allow(time.Now()):
+			// One error per refused run, not one per frame: the answer
+			// must not become a flood of its own.
+			if c.limiter.refused == 1 {
+				c.sendError("", protocol.Errorf(protocol.CodeRateLimited, "more than %d frames per second; frames are being dropped", cfg.FrameRate))
+			}
+			if c.limiter.refused > 4*cfg.FrameBurst {
+				c.closeAfterFlush(protocol.ClosePolicy, "rate limit")
+			}
+		case mt != websocket.TextMessage:
+			c.sendError("", protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text messages"))
+		default:
+			c.handleOffStack(buf)
+		}
+		if cap(buf) <= 64<<10 { // do not pool what an oversized frame grew
+			*bp = buf[:0]
+			frameBuffers.Put(bp)
+		}
+	}
+}
+
+// frameBuffers holds buffers for reading client frames. Handlers copy what
+// they keep (encoding/json copies strings and RawMessages), so a buffer is
+// free again once its frame is handled.
+var frameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// readFrame reads one message into buf, up to max bytes. A longer message is
+// discarded, up to 16 times max (beyond that the connection is dropped),
+// and reported as tooBig.
+func readFrame(r io.Reader, buf []byte, max int) ([]byte, bool, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > max {
+			rest, derr := io.Copy(io.Discard, io.LimitReader(r, 16*int64(max)))
+			if derr != nil {
+				return buf[:0], true, derr
+			}
+			if rest == 16*int64(max) {
+				return buf[:0], true, errors.New("tide: frame far beyond the size limit")
+			}
+			return buf[:0], true, nil
+		}
+		if err == io.EOF {
+			return buf, false, nil
+		}
+		if err != nil {
+			return buf, false, err
+		}
+	}
+}
+
+// handleOffStack handles a frame on a short-lived goroutine and waits for
+// it. Decoding and policy calls need deep stacks; run on the reader they
+// would grow its stack for good, and an idle connection would keep paying
+// for it. The reader's own stack stays at its minimum.
+func (c *conn) handleOffStack(frame []byte) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.handle(frame)
+	}()
+	<-done
+}
+
+// closeWith starts the close handshake: it discards queued frames, sends a
+// close frame with code, and gives the peer closeGrace to answer before the
+// reader gives up. Only the first call has an effect.
+func (c *conn) closeWith(code protocol.CloseCode, reason string) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	c.out.discard()
+	c.mu.Unlock()
+	deadline := time.Now().Add(time.Second)
+	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(code), reason), deadline); err != nil {
+		c.kill()
+		return
+	}
+	_ = c.ws.SetReadDeadline(time.Now().Add(closeGrace))
+}
+
+// kill cuts the TCP connection; the reader then tears everything down.
+func (c *conn) kill() {
+	c.killOnce.Do(func() { _ = c.ws.NetConn().Close() })
+}
+
+// teardown runs when the reader ends: every subscription ends and the engine
+// forgets the connection.
+func (c *conn) teardown() {
+	c.mu.Lock()
+	c.closing = true
+	c.out.discard()
+	subs := make([]*subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	n := len(c.subs)
+	c.subs = map[string]*subscription{}
+	c.mu.Unlock()
+	c.e.stats.subscriptions.Add(int64(-n))
+	for _, s := range subs {
+		s.close()
+	}
+	c.kill()
+	c.e.auth.forget(c)
+	c.e.mu.Lock()
+	delete(c.e.conns, c)
+	c.e.mu.Unlock()
+	c.e.stats.connections.Add(-1)
+}
+
+// writeLoop drains the queue and exits when it is empty, so an idle
+// connection has no writer goroutine.
+func (c *conn) writeLoop() {
+	defer c.e.wg.Done()
+	for {
+		c.mu.Lock()
+		ping := c.out.pingDue
+		c.out.pingDue = false
+		items := c.out.items
+		c.out.items = c.out.spare[:0]
+		var resync []*subscription
+		if c.out.bytes <= c.out.limit/2 && len(c.out.desynced) > 0 {
+			resync = c.out.desynced
+			c.out.desynced = nil
+		}
+		if len(items) == 0 && !ping && resync == nil {
+			c.out.writing = false
+			c.out.spare = items
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+
+		for _, s := range resync {
+			s.resync()
+		}
+		err := c.writeItems(items, ping)
+		n := 0
+		for i := range items {
+			n += items[i].size()
+		}
+		clear(items)
+
+		c.mu.Lock()
+		c.out.spare = items[:0]
+		if !c.closing {
+			c.out.bytes -= n
+		}
+		c.out.wake()
+		c.mu.Unlock()
+		if err != nil {
+			c.kill()
+			c.mu.Lock()
+			c.out.writing = false
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+// writeItems writes queued items in order, merging each run of live entries
+// into one changes frame per subscription.
+func (c *conn) writeItems(items []outItem, ping bool) error {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.e.cfg.WriteTimeout))
+	if ping {
+		if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.e.cfg.WriteTimeout)); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < len(items); {
+		if items[i].closeCode != 0 {
+			c.closeWith(items[i].closeCode, string(items[i].data))
+			return nil
+		}
+		if items[i].sub == nil {
+			if c.isClosing() {
+				return nil
+			}
+			if err := c.ws.WriteMessage(websocket.TextMessage, items[i].data); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		j := i
+		for j < len(items) && items[j].sub != nil && items[j].closeCode == 0 {
+			j++
+		}
+		if err := c.writeEntries(items[i:j]); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// writeEntries writes a run of live entries, one changes frame per
+// subscription (a new frame once PageSize entries are reached), in each
+// subscription's order. It consumes the run: written items have sub set to
+// nil. Each frame is assembled in one pooled buffer and written as one
+// WebSocket message, which gorilla sends with a single write system call
+// whatever its size.
+func (c *conn) writeEntries(run []outItem) error {
+	bp := writeBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledWrite {
+			writeBuffers.Put(bp)
+		}
+	}()
+	for i := range run {
+		s := run[i].sub
+		if s == nil {
+			continue
+		}
+		if s.isClosed() || c.isClosing() {
+			for k := i; k < len(run); k++ {
+				if run[k].sub == s {
+					run[k].sub = nil
+				}
+			}
+			continue
+		}
+		// The cursor precedes the entries, so find the frame's extent first:
+		// whole batches of s, while they fit in a page.
+		var last feed.Position
+		n, end := 0, i
+		for k := i; k < len(run); k++ {
+			if run[k].sub != s {
+				continue
+			}
+			if n > 0 && n+run[k].live.len() > c.e.cfg.PageSize {
+				break
+			}
+			last, n, end = run[k].live.last(), n+run[k].live.len(), k+1
+		}
+		b := protocol.AppendLiveChangesStart((*bp)[:0], s.idJSON, c.e.epoch, uint64(last))
+		sep := false
+		for k := i; k < end; k++ {
+			if run[k].sub != s {
+				continue
+			}
+			for _, e := range run[k].live.entries {
+				if sep {
+					b = append(b, ',')
+				}
+				b = append(b, e...)
+				sep = true
+			}
+			run[k].sub = nil
+		}
+		b = protocol.AppendChangesEnd(b)
+		*bp = b
+		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+			return err
+		}
+		c.e.stats.delivered.Add(int64(n))
+		// Batches of s beyond the page still carry s and get the next frame
+		// when the loop reaches them.
+	}
+	return nil
+}
+
+// writeBuffers hold live changes frames while they are written; buffers
+// grown past maxPooledWrite are left to the collector.
+var writeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxPooledWrite = 1 << 20
 
 // Socket is an upgraded WebSocket connection, the engine's side of one
 // client. Message types are RFC 6455's (1 text, 8 close, 9 ping, 10 pong).

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/protocol"
 )
 
@@ -25,6 +24,7 @@ type Clock interface {
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
+
 func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
 }
@@ -199,32 +199,25 @@ func (t *tokenTimers) close() {
 // expiryHeap orders items by their next deadline.
 type expiryHeap []*expiryItem
 
-func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Len() int { return len(h) }
+
 func (h expiryHeap) Less(i, j int) bool { return h[i].due().Before(h[j].due()) }
+
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].idx, h[j].idx = i, j
 }
+
 func (h *expiryHeap) Push(x any) {
 	it := x.(*expiryItem)
 	it.idx = len(*h)
 	*h = append(*h, it)
 }
+
 func (h *expiryHeap) Pop() any {
 	old := *h
 	it := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return it
-}
-
-// currentPrincipal returns who the connection speaks for: the app's
-// principal from the upgrade request, or the one of the connection's
-// latest valid token. Safe for concurrent use: the fan-out reads it for
-// every change.
-func (c *conn) currentPrincipal() authz.Principal {
-	if p := c.principal.Load(); p != nil {
-		return *p
-	}
-	return authz.Anonymous
 }

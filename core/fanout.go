@@ -5,7 +5,110 @@ import (
 	"sync"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
+
+// liveBatch is a run of live entries for one subscription, in position
+// order: what the fan-out hands a subscription for one dispatched batch of
+// changes. Without a row filter, every subscription of a scope group shares
+// one liveBatch's slices, so a change costs the group one encoding and each
+// subscriber one queue append per batch, not per change. The slices are
+// never modified once built.
+type liveBatch struct {
+	entries [][]byte
+	pos     []feed.Position
+	bytes   int // total length of entries
+}
+
+func (b *liveBatch) add(entry []byte, pos feed.Position) {
+	b.entries = append(b.entries, entry)
+	b.pos = append(b.pos, pos)
+	b.bytes += len(entry)
+}
+
+func (b liveBatch) len() int { return len(b.entries) }
+
+// last returns the position of the batch's last entry; the batch must not be
+// empty.
+func (b liveBatch) last() feed.Position { return b.pos[len(b.pos)-1] }
+
+// after returns the part of b above position p, sharing b's memory.
+func (b liveBatch) after(p feed.Position) liveBatch {
+	i := 0
+	for i < len(b.pos) && b.pos[i] <= p {
+		i++
+	}
+	if i == 0 {
+		return b
+	}
+	out := liveBatch{entries: b.entries[i:], pos: b.pos[i:]}
+	for _, e := range out.entries {
+		out.bytes += len(e)
+	}
+	return out
+}
+
+// groupAdded records a new scope group. The caller holds the hub's write
+// lock.
+func (h *hub) groupAdded(sc feed.Scope) {
+	in := h.e.bus.interest
+	if in == nil {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, t := range topicsOf(sc) {
+		in.counts[t]++
+		if in.counts[t] != 1 {
+			continue
+		}
+		if _, ok := in.drops[t]; ok {
+			delete(in.drops, t) // the bus never stopped delivering it
+		} else {
+			in.adds[t] = struct{}{}
+		}
+	}
+}
+
+// groupRemoved records a deleted scope group. The caller holds the hub's
+// write lock.
+func (h *hub) groupRemoved(sc feed.Scope) {
+	in := h.e.bus.interest
+	if in == nil {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, t := range topicsOf(sc) {
+		if in.counts[t]--; in.counts[t] > 0 {
+			continue
+		}
+		delete(in.counts, t)
+		if _, ok := in.adds[t]; ok {
+			delete(in.adds, t) // the bus was never told
+		} else {
+			in.drops[t] = struct{}{}
+		}
+	}
+}
+
+// and shared by every subscription it reaches.
+type entryBytes struct {
+	upsert []byte  // the change as an upsert entry (upserts only)
+	delete []byte  // the change as a delete entry (deletes only; a hidden upsert gets view.hiddenDelete)
+	view   rowView // what row filters need, computed on first use (pages.go)
+}
+
+// encodeEntries encodes c for the wire.
+func encodeEntries(c *feed.Change) entryBytes {
+	var eb entryBytes
+	if c.Op == feed.OpUpsert {
+		eb.upsert = protocol.AppendEntry(make([]byte, 0, len(c.Row)+len(c.Key)+48), "upsert", c.Key, c.Row, c.Origin)
+	} else {
+		eb.delete = protocol.AppendEntry(nil, "delete", c.Key, nil, c.Origin)
+	}
+	return eb
+}
 
 // hub indexes the live subscriptions by resource and scope and fans each
 // change out to them. Subscriptions with identical scopes share a group, so a

@@ -59,50 +59,6 @@ func topicsOf(sc feed.Scope) []feed.Topic {
 	return out
 }
 
-// groupAdded records a new scope group. The caller holds the hub's write
-// lock.
-func (h *hub) groupAdded(sc feed.Scope) {
-	in := h.e.bus.interest
-	if in == nil {
-		return
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for _, t := range topicsOf(sc) {
-		in.counts[t]++
-		if in.counts[t] != 1 {
-			continue
-		}
-		if _, ok := in.drops[t]; ok {
-			delete(in.drops, t) // the bus never stopped delivering it
-		} else {
-			in.adds[t] = struct{}{}
-		}
-	}
-}
-
-// groupRemoved records a deleted scope group. The caller holds the hub's
-// write lock.
-func (h *hub) groupRemoved(sc feed.Scope) {
-	in := h.e.bus.interest
-	if in == nil {
-		return
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for _, t := range topicsOf(sc) {
-		if in.counts[t]--; in.counts[t] > 0 {
-			continue
-		}
-		delete(in.counts, t)
-		if _, ok := in.adds[t]; ok {
-			delete(in.adds, t) // the bus was never told
-		} else {
-			in.drops[t] = struct{}{}
-		}
-	}
-}
-
 // syncInterest tells the bus about topics added or dropped since the last
 // call. A subscription calls it after joining the hub and before it pins
 // its replay high-water: from then on the bus delivers its topics after the

@@ -2,6 +2,12 @@ package core
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync/atomic"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -119,108 +125,66 @@ func (f *rowFilter) call(p authz.Principal, row any) (ok bool) {
 	return f.visible(p, row)
 }
 
-// page is one page of entries read from the feed and encoded for a
-// principal. Its buffer starts with pageHeadroom free bytes, where sendPage
-// writes the frame's header, so a page becomes a frame without a copy.
-type page struct {
-	buf     []byte        // pageHeadroom bytes, then the encoded entries, comma-separated
-	n       int           // entries in the page
-	read    int           // changes or rows the feed returned
-	last    feed.Position // replay: position of the last change read
-	next    feed.Position // replay: every change up to it has been read
-	done    bool          // replay: nothing more up to the high-water
-	lastKey string        // snapshot: key of the last row read
-	pos     feed.Position // snapshot: the position the page is consistent at
+// guardPolicy wraps a resource's policy so that a token's grants restrict
+// every resource whatever its policy says, and a panicking policy denies
+// instead of crashing the server. A nil policy stays nil (deny).
+func guardPolicy(policy authz.Policy) authz.Policy {
+	if policy == nil {
+		return nil
+	}
+	return func(ctx context.Context, r authz.Request) (err error) {
+		if err := authz.CheckGrants(r); err != nil {
+			return err
+		}
+		defer func() {
+			if v := recover(); v != nil {
+				err = fmt.Errorf("the policy of %s panicked: %v", r.Resource, v)
+			}
+		}()
+		return policy(ctx, r)
+	}
 }
 
-// pageHeadroom is room for a changes frame's header: the frame start, an id
-// of up to 128 bytes and a change cursor. Longer headers (escaped ids,
-// snapshot cursors with long keys) are copied instead.
-const pageHeadroom = 256
-
-// newPage sizes a page's buffer for the changes it will hold.
-func newPage(changes []feed.Change) page {
-	size := pageHeadroom + 2
-	for i := range changes {
-		size += len(changes[i].Row) + len(changes[i].Key) + len(changes[i].Origin) + 48
-	}
-	return page{buf: make([]byte, pageHeadroom, size), read: len(changes)}
+// rowFilter is a resource's authz.RowFilter with its row type erased: rows
+// are decoded once per change (decode) and the result handed to every
+// subscriber's check (visible).
+type rowFilter struct {
+	decode  func(row json.RawMessage) (any, error)
+	visible func(p authz.Principal, row any) bool
+	log     *slog.Logger
+	panics  atomic.Int64
+	badRows atomic.Int64
 }
 
-// entries returns the page's encoded entries.
-func (pg *page) entries() []byte { return pg.buf[pageHeadroom:] }
-
-func (pg *page) add(entry []byte) {
-	if entry == nil {
-		return
+func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.Logger) *rowFilter {
+	return &rowFilter{
+		decode: func(row json.RawMessage) (any, error) {
+			v := new(T)
+			if err := c.Decode(row, reflect.ValueOf(v).Elem()); err != nil {
+				return nil, err
+			}
+			return v, nil
+		},
+		visible: func(p authz.Principal, row any) bool { return f(p, row.(*T)) },
+		log:     log,
 	}
-	if pg.n > 0 {
-		pg.buf = append(pg.buf, ',')
-	}
-	pg.buf = append(pg.buf, entry...)
-	pg.n++
 }
 
-// addChange appends the entry p receives for c, encoding it in place when
-// the resource has no row filter (the common case: no per-entry garbage).
-func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapshot bool) {
-	if r.filter != nil {
-		pg.add(r.see(p, c, nil, snapshot))
-		return
+// authorize runs the resource's policy for p on sc. No policy means deny.
+// Denials wrap authz.ErrUnauthenticated or authz.ErrForbidden; any other
+// policy error is wrapped as is and also denies.
+func (r *resource) authorize(ctx context.Context, p authz.Principal, sc feed.Scope) error {
+	if r.policy == nil {
+		return fmt.Errorf("%w: resource %s has no policy", authz.ErrForbidden, r.schema.Name)
 	}
-	if pg.n > 0 {
-		pg.buf = append(pg.buf, ',')
+	err := r.policy(ctx, authz.Request{Principal: p, Resource: r.schema.Name, Conditions: conditionsMap(sc)})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, authz.ErrUnauthenticated) || errors.Is(err, authz.ErrForbidden):
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	if c.Op == feed.OpUpsert {
-		pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
-	} else {
-		pg.buf = protocol.AppendEntry(pg.buf, "delete", c.Key, nil, c.Origin)
-	}
-	pg.n++
-}
-
-// frame turns the page into a changes frame with the given header, in
-// place when the header fits the headroom.
-func (pg *page) frame(header []byte) []byte {
-	var f []byte
-	if len(header) <= pageHeadroom {
-		start := pageHeadroom - len(header)
-		copy(pg.buf[start:], header)
-		f = pg.buf[start:]
-	} else {
-		f = append(header, pg.entries()...)
-	}
-	return protocol.AppendChangesEnd(f)
-}
-
-// replayPage reads the next page of the changes of sc in (after, until]:
-// at most limit changes, and where to continue (pg.next, pg.done).
-func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after, until feed.Position, limit int) (page, error) {
-	sl, err := e.sharedReplay(ctx, feed.ReplayQuery{Scope: sc, After: after, Until: until, Limit: limit})
-	if err != nil {
-		return page{}, err
-	}
-	pg := newPage(sl.changes)
-	pg.last, pg.next, pg.done = after, sl.next, sl.done
-	for i := range sl.changes {
-		pg.addChange(r, p, &sl.changes[i], false)
-		pg.last = sl.changes[i].Pos
-	}
-	return pg, nil
-}
-
-// snapshotPage reads up to limit current rows of sc with keys after the
-// given one.
-func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int) (page, error) {
-	sp, err := e.sharedSnapshot(ctx, feed.SnapshotQuery{Scope: sc, After: after, HasAfter: hasAfter, Limit: limit})
-	if err != nil {
-		return page{}, err
-	}
-	pg := newPage(sp.Rows)
-	pg.pos, pg.lastKey = sp.Pos, after
-	for i := range sp.Rows {
-		pg.addChange(r, p, &sp.Rows[i], true)
-		pg.lastKey = sp.Rows[i].Key
-	}
-	return pg, nil
+	return fmt.Errorf("policy: %w", err)
 }

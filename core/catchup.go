@@ -1,0 +1,231 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
+)
+
+// catchUp replays the scope from the cursor (or snapshots it when there is
+// none) up to a pinned high-water, then switches the subscription to live.
+// Live changes that arrived meanwhile were buffered: those at or below the
+// high-water are dropped (the replay covered them), the rest follow the
+// caught-up frame in order.
+func (s *subscription) catchUp(cur protocol.Cursor, hasCursor bool) error {
+	e := s.c.e
+	snapshot := !hasCursor
+	var from feed.Position
+	var after string
+	var hasAfter bool
+	switch {
+	case !hasCursor:
+	case cur.Epoch != e.epoch:
+		if err := s.reset(protocol.ResetEpochChanged); err != nil {
+			return err
+		}
+		snapshot = true
+	case cur.Snapshot:
+		snapshot, from, after, hasAfter = true, feed.Position(cur.Pos), cur.After, true
+	default:
+		from = feed.Position(cur.Pos)
+	}
+	for {
+		if snapshot {
+			start, err := s.sendSnapshot(from, after, hasAfter)
+			if err != nil {
+				return err
+			}
+			from, snapshot, after, hasAfter = start, false, "", false
+		}
+		hw, err := s.highWater(from)
+		reason := protocol.ResetCursorExpired
+		if errors.Is(err, errCursorAhead) {
+			err, reason = feed.ErrCursorExpired, protocol.ResetCursorAhead
+		} else if err == nil {
+			err = s.sendReplay(from, hw)
+		}
+		if errors.Is(err, feed.ErrCursorExpired) {
+			if err := s.reset(reason); err != nil {
+				return err
+			}
+			snapshot, from = true, 0
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if s.goLive(hw) {
+			return nil
+		}
+		from = hw // the buffer overflowed: another round from where this one ended
+	}
+}
+
+var errCursorAhead = errors.New("tide: cursor beyond the feed's head")
+
+// highWater pins the high-water of a catch-up round that starts at from:
+// the feed's head, read after the subscription registered with the hub, so
+// every later change reaches it live. Subscriptions that ask at about the
+// same time share one head query (see Engine.head) and therefore the same
+// high-water, so their replays of one scope are the same query and
+// coalesce (coalesce.go). A start beyond the head is a cursor from a
+// database restored from a backup, which would skip every change up to it.
+func (s *subscription) highWater(from feed.Position) (feed.Position, error) {
+	head, err := s.c.e.head(s.ctx)
+	if err != nil {
+		return 0, err
+	}
+	if from > head {
+		return 0, errCursorAhead
+	}
+	return head, nil
+}
+
+// sendSnapshot sends the scope's current rows in pages, each with a snapshot
+// cursor, and returns the position replay must continue from: the position
+// of the first page (or start, when resuming a snapshot). Rows that changed
+// while later pages were read are replayed again from there, so the copy
+// converges whatever the timing.
+func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter bool) (feed.Position, error) {
+	e := s.c.e
+	first := !hasAfter
+	for {
+		pg, err := e.snapshotPage(s.ctx, s.res, s.principal(), s.scope, after, hasAfter, s.limit)
+		if err != nil {
+			return 0, err
+		}
+		if first {
+			start, first = pg.pos, false
+		}
+		if pg.n > 0 {
+			cur := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start), Snapshot: true, After: pg.lastKey}
+			if err := s.sendPage(pg, cur.String()); err != nil {
+				return 0, err
+			}
+		}
+		if pg.read < s.limit {
+			return start, nil
+		}
+		after, hasAfter = pg.lastKey, true
+	}
+}
+
+// replayAhead is how many replay pages are read ahead of the one being
+// sent, so the database, the encoding and the socket work at the same time.
+const replayAhead = 2
+
+// sendReplay sends the scope's changes in (from, until] in pages, read by a
+// goroutine that stays up to replayAhead pages ahead.
+func (s *subscription) sendReplay(from, until feed.Position) error {
+	e := s.c.e
+	if from >= until {
+		return nil
+	}
+	type result struct {
+		pg  page
+		err error
+	}
+	// A recent range is in the engine's memory once the tailer has
+	// dispatched up to the high-water, which it is about to.
+	if e.hub.hist.holds(from) && e.hub.hist.await(s.ctx, until, historyWait) {
+		if changes, ok := e.hub.hist.read(s.scope, from, until); ok {
+			e.stats.replayMemory.Add(1)
+			return s.sendChanges(changes)
+		}
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel() // stops the reader if sending fails
+	pages := make(chan result, replayAhead)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer close(pages)
+		for after := from; ; {
+			pg, err := e.replayPage(ctx, s.res, s.principal(), s.scope, after, until, s.limit)
+			select {
+			case pages <- result{pg, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || pg.done {
+				return
+			}
+			after = pg.next
+		}
+	}()
+	for r := range pages {
+		if r.err != nil {
+			return r.err
+		}
+		if r.pg.n > 0 {
+			if err := s.sendPage(r.pg, e.cursorString(r.pg.last)); err != nil {
+				return err
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// historyWait bounds how long a replay waits for the tailer to reach its
+// high-water before it reads the feed instead.
+const historyWait = time.Second
+
+// sendChanges sends changes read from the engine's memory, in pages.
+func (s *subscription) sendChanges(changes []feed.Change) error {
+	for len(changes) > 0 {
+		n := min(len(changes), s.limit)
+		pg := newPage(changes[:n])
+		for i := range changes[:n] {
+			pg.addChange(s.res, s.principal(), &changes[i], false)
+			pg.last = changes[i].Pos
+		}
+		if pg.n > 0 {
+			if err := s.sendPage(pg, s.c.e.cursorString(pg.last)); err != nil {
+				return err
+			}
+		}
+		changes = changes[n:]
+	}
+	return nil
+}
+
+func (s *subscription) sendPage(pg page, cursor string) error {
+	var hdr [pageHeadroom]byte
+	return s.c.sendFrameWait(s.ctx, pg.frame(protocol.AppendChangesStart(hdr[:0], s.idJSON, cursor)))
+}
+
+func (s *subscription) reset(reason protocol.ResetReason) error {
+	s.c.e.stats.resets.Add(1)
+	return s.c.sendFrameWait(s.ctx, protocol.Reset(s.id, reason))
+}
+
+// goLive ends a catch-up round at high-water hw. It reports false if the
+// live buffer overflowed during the round, in which case another round is
+// needed.
+func (s *subscription) goLive(hw feed.Position) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.overflow {
+		s.overflow = false
+		s.buf, s.bufBytes = s.buf[:0], 0
+		return false
+	}
+	s.delivered = hw
+	s.c.sendFrame(protocol.CaughtUp(s.id, s.c.e.cursorString(hw)))
+	s.state = subLive
+	buf := s.buf
+	s.buf, s.bufBytes = nil, 0
+	for _, b := range buf {
+		if b = b.after(hw); b.len() == 0 {
+			continue
+		}
+		if s.state != subLive {
+			break
+		}
+		s.deliverLocked(b, nil)
+	}
+	return true
+}

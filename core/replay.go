@@ -1,0 +1,115 @@
+package core
+
+import (
+	"context"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
+)
+
+// page is one page of entries read from the feed and encoded for a
+// principal. Its buffer starts with pageHeadroom free bytes, where sendPage
+// writes the frame's header, so a page becomes a frame without a copy.
+type page struct {
+	buf     []byte        // pageHeadroom bytes, then the encoded entries, comma-separated
+	n       int           // entries in the page
+	read    int           // changes or rows the feed returned
+	last    feed.Position // replay: position of the last change read
+	next    feed.Position // replay: every change up to it has been read
+	done    bool          // replay: nothing more up to the high-water
+	lastKey string        // snapshot: key of the last row read
+	pos     feed.Position // snapshot: the position the page is consistent at
+}
+
+// pageHeadroom is room for a changes frame's header: the frame start, an id
+// of up to 128 bytes and a change cursor. Longer headers (escaped ids,
+// snapshot cursors with long keys) are copied instead.
+const pageHeadroom = 256
+
+// newPage sizes a page's buffer for the changes it will hold.
+func newPage(changes []feed.Change) page {
+	size := pageHeadroom + 2
+	for i := range changes {
+		size += len(changes[i].Row) + len(changes[i].Key) + len(changes[i].Origin) + 48
+	}
+	return page{buf: make([]byte, pageHeadroom, size), read: len(changes)}
+}
+
+// entries returns the page's encoded entries.
+func (pg *page) entries() []byte { return pg.buf[pageHeadroom:] }
+
+func (pg *page) add(entry []byte) {
+	if entry == nil {
+		return
+	}
+	if pg.n > 0 {
+		pg.buf = append(pg.buf, ',')
+	}
+	pg.buf = append(pg.buf, entry...)
+	pg.n++
+}
+
+// addChange appends the entry p receives for c, encoding it in place when
+// the resource has no row filter (the common case: no per-entry garbage).
+func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapshot bool) {
+	if r.filter != nil {
+		pg.add(r.see(p, c, nil, snapshot))
+		return
+	}
+	if pg.n > 0 {
+		pg.buf = append(pg.buf, ',')
+	}
+	if c.Op == feed.OpUpsert {
+		pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
+	} else {
+		pg.buf = protocol.AppendEntry(pg.buf, "delete", c.Key, nil, c.Origin)
+	}
+	pg.n++
+}
+
+// frame turns the page into a changes frame with the given header, in
+// place when the header fits the headroom.
+func (pg *page) frame(header []byte) []byte {
+	var f []byte
+	if len(header) <= pageHeadroom {
+		start := pageHeadroom - len(header)
+		copy(pg.buf[start:], header)
+		f = pg.buf[start:]
+	} else {
+		f = append(header, pg.entries()...)
+	}
+	return protocol.AppendChangesEnd(f)
+}
+
+// replayPage reads the next page of the changes of sc in (after, until]:
+// at most limit changes, and where to continue (pg.next, pg.done).
+func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after, until feed.Position, limit int) (page, error) {
+	sl, err := e.sharedReplay(ctx, feed.ReplayQuery{Scope: sc, After: after, Until: until, Limit: limit})
+	if err != nil {
+		return page{}, err
+	}
+	pg := newPage(sl.changes)
+	pg.last, pg.next, pg.done = after, sl.next, sl.done
+	for i := range sl.changes {
+		pg.addChange(r, p, &sl.changes[i], false)
+		pg.last = sl.changes[i].Pos
+	}
+	return pg, nil
+}
+
+// snapshotPage reads up to limit current rows of sc with keys after the
+// given one.
+func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int) (page, error) {
+	sp, err := e.sharedSnapshot(ctx, feed.SnapshotQuery{Scope: sc, After: after, HasAfter: hasAfter, Limit: limit})
+	if err != nil {
+		return page{}, err
+	}
+	pg := newPage(sp.Rows)
+	pg.pos, pg.lastKey = sp.Pos, after
+	for i := range sp.Rows {
+		pg.addChange(r, p, &sp.Rows[i], true)
+		pg.lastKey = sp.Rows[i].Key
+	}
+	return pg, nil
+}

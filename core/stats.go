@@ -1,0 +1,56 @@
+package core
+
+import (
+	"sync/atomic"
+)
+
+// counters are the engine's operational counters.
+type counters struct {
+	tailStarts      atomic.Int64
+	tailBatches     atomic.Int64
+	connections     atomic.Int64
+	subscriptions   atomic.Int64
+	replayQueries   atomic.Int64
+	replayShared    atomic.Int64
+	replayMemory    atomic.Int64
+	snapshotQueries atomic.Int64
+	snapshotShared  atomic.Int64
+	delivered       atomic.Int64
+	dropped         atomic.Int64
+	resets          atomic.Int64
+}
+
+// Stats is a snapshot of an engine's counters.
+type Stats struct {
+	TailStarts      int64 // times the tailer started: 1 once serving, however often servers start
+	TailBatches     int64 // batches read by the tailer
+	Connections     int64 // open WebSocket connections
+	Subscriptions   int64 // active subscriptions
+	ReplayQueries   int64 // replay pages read from the feed
+	ReplayShared    int64 // replay pages served by another subscription's read of the same page
+	ReplayMemory    int64 // replays served from the engine's memory of recent changes
+	SnapshotQueries int64 // snapshot pages read from the feed
+	SnapshotShared  int64 // snapshot pages served by another subscription's read of the same page
+	Delivered       int64 // live entries queued to sockets
+	Dropped         int64 // live entries dropped for backpressure
+	Resets          int64 // reset frames sent
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	s := &e.stats
+	return Stats{
+		TailStarts:      s.tailStarts.Load(),
+		TailBatches:     s.tailBatches.Load(),
+		Connections:     s.connections.Load(),
+		Subscriptions:   s.subscriptions.Load(),
+		ReplayQueries:   s.replayQueries.Load(),
+		ReplayShared:    s.replayShared.Load(),
+		ReplayMemory:    s.replayMemory.Load(),
+		SnapshotQueries: s.snapshotQueries.Load(),
+		SnapshotShared:  s.snapshotShared.Load(),
+		Delivered:       s.delivered.Load(),
+		Dropped:         s.dropped.Load(),
+		Resets:          s.resets.Load(),
+	}
+}

@@ -1,0 +1,70 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
+)
+
+// tailLoop reads the feed in position order and hands each batch to the hub.
+// It is the only dispatcher, so changes reach subscriptions in order.
+func (e *Engine) tailLoop() {
+	defer e.wg.Done()
+	ctx := e.ctx
+	var pos feed.Position
+	for attempt := 0; ; attempt++ {
+		var err error
+		if pos, err = e.feed.Head(ctx); err == nil {
+			// A feed may learn its epoch on first contact with its store,
+			// so it is read after Head succeeds.
+			if e.epoch = e.feed.Epoch(); protocol.ValidEpoch(e.epoch) {
+				break
+			}
+			err = fmt.Errorf("feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
+		}
+		if !e.backoff(ctx, attempt, "head", err) {
+			return
+		}
+	}
+	e.hub.advance(pos)
+	close(e.ready)
+	const batch = 1024
+	for attempt := 0; ; {
+		changes, err := e.bus.src.Tail(ctx, pos, batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, feed.ErrCursorExpired) {
+				// The tailer fell behind retention (of the feed, or of the
+				// bus): everyone resyncs from their own cursor through the
+				// feed, which yields a reset where needed.
+				head, herr := e.feed.Head(ctx)
+				if herr == nil {
+					e.cfg.Logger.Warn("tide: tailer fell behind the retained change log; resyncing every subscription", "pos", pos, "head", head)
+					pos = head
+					// The skipped changes count as dispatched: every
+					// subscription replays them, up to at least head.
+					e.hub.advance(head)
+					e.hub.desyncAll()
+					continue
+				}
+				err = herr
+			}
+			if !e.backoff(ctx, attempt, "tail", err) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		if len(changes) == 0 {
+			continue
+		}
+		e.hub.dispatch(changes)
+		pos = changes[len(changes)-1].Pos
+		e.stats.tailBatches.Add(1)
+	}
+}
