@@ -14,24 +14,13 @@ import (
 // Live changes that arrived meanwhile were buffered: those at or below the
 // high-water are dropped (the replay covered them), the rest follow the
 // caught-up frame in order.
-func (s *subscription) catchUp(cur protocol.Cursor, hasCursor bool) error {
-	e := s.c.e
-	snapshot := !hasCursor
-	var from feed.Position
-	var after string
-	var hasAfter bool
-	switch {
-	case !hasCursor:
-	case cur.Epoch != e.epoch:
-		if err := s.reset(protocol.ResetEpochChanged); err != nil {
+func (s *subscription) catchUp(sp startPoint) error {
+	if sp.reset != "" {
+		if err := s.reset(sp.reset); err != nil {
 			return err
 		}
-		snapshot = true
-	case cur.Snapshot:
-		snapshot, from, after, hasAfter = true, feed.Position(cur.Pos), cur.After, true
-	default:
-		from = feed.Position(cur.Pos)
 	}
+	snapshot, from, after, hasAfter := sp.snapshot, sp.pos, sp.after, sp.resumed
 	for {
 		if snapshot {
 			start, err := s.sendSnapshot(from, after, hasAfter)
@@ -40,7 +29,7 @@ func (s *subscription) catchUp(cur protocol.Cursor, hasCursor bool) error {
 			}
 			from, snapshot, after, hasAfter = start, false, "", false
 		}
-		hw, err := s.highWater(from)
+		hw, err := s.c.e.highWater(s.ctx, from)
 		reason := protocol.ResetCursorExpired
 		if errors.Is(err, errCursorAhead) {
 			err, reason = feed.ErrCursorExpired, protocol.ResetCursorAhead
@@ -62,26 +51,6 @@ func (s *subscription) catchUp(cur protocol.Cursor, hasCursor bool) error {
 		}
 		from = hw // the buffer overflowed: another round from where this one ended
 	}
-}
-
-var errCursorAhead = errors.New("tide: cursor beyond the feed's head")
-
-// highWater pins the high-water of a catch-up round that starts at from:
-// the feed's head, read after the subscription registered with the hub, so
-// every later change reaches it live. Subscriptions that ask at about the
-// same time share one head query (see Engine.head) and therefore the same
-// high-water, so their replays of one scope are the same query and
-// coalesce (coalesce.go). A start beyond the head is a cursor from a
-// database restored from a backup, which would skip every change up to it.
-func (s *subscription) highWater(from feed.Position) (feed.Position, error) {
-	head, err := s.c.e.head(s.ctx)
-	if err != nil {
-		return 0, err
-	}
-	if from > head {
-		return 0, errCursorAhead
-	}
-	return head, nil
 }
 
 // sendSnapshot sends the scope's current rows in pages, each with a snapshot
@@ -130,8 +99,8 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 	}
 	// A recent range is in the engine's memory once the tailer has
 	// dispatched up to the high-water, which it is about to.
-	if e.hub.hist.holds(from) && e.hub.hist.await(s.ctx, until, historyWait) {
-		if changes, ok := e.hub.hist.read(s.scope, from, until); ok {
+	if e.cache.recent.holds(from) && e.cache.recent.await(s.ctx, until, historyWait) {
+		if changes, ok := e.cache.recent.read(s.scope, from, until); ok {
 			e.stats.replayMemory.Add(1)
 			return s.sendChanges(changes)
 		}

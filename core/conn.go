@@ -178,23 +178,10 @@ func (c *conn) refresh(f protocol.ClientFrame) {
 
 func (c *conn) subscribe(f protocol.ClientFrame) {
 	e := c.e
-	res := e.resource(f.Resource)
-	if res == nil {
-		c.sendError(f.ID, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(f.Resource, 64)))
-		return
-	}
-	scope, err := parseConditions(res.schema, f.Conditions, e.cfg.MaxConditions, e.cfg.MaxConditionValues)
+	req, err := e.parseRequest(f.Resource, f.Conditions, f.Cursor, f.Limit)
 	if err != nil {
 		c.sendError(f.ID, err)
 		return
-	}
-	var cur protocol.Cursor
-	if f.Cursor != "" {
-		var perr error
-		if cur, perr = protocol.ParseCursor(f.Cursor); perr != nil {
-			c.sendError(f.ID, protocol.Errorf(protocol.CodeInvalidCursor, "the cursor is not one this server issued"))
-			return
-		}
 	}
 	c.mu.Lock()
 	if _, dup := c.subs[f.ID]; dup {
@@ -207,12 +194,12 @@ func (c *conn) subscribe(f protocol.ClientFrame) {
 		c.sendError(f.ID, protocol.Errorf(protocol.CodeTooManySubscriptions, "at most %d subscriptions per connection", e.cfg.MaxSubscriptions))
 		return
 	}
-	s := newSubscription(c, f.ID, res, scope, e.normalizeLimit(f.Limit))
+	s := newSubscription(c, f.ID, req.res, req.scope, req.limit)
 	c.subs[f.ID] = s
 	e.wg.Add(1)
 	c.mu.Unlock()
 	e.stats.subscriptions.Add(1)
-	go s.start(cur, f.Cursor != "")
+	go s.start(req)
 }
 
 func (c *conn) unsubscribe(f protocol.ClientFrame) {

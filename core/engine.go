@@ -21,16 +21,16 @@ import (
 // connection or poll needs it, however many handlers or servers use the
 // engine. An Engine is safe for concurrent use.
 type Engine struct {
-	cfg      Config
-	feed     feed.Feed
-	bus      busState // the tailer's source of live changes
-	epoch    string   // the feed's epoch; set by the tailer before ready is closed
-	hub      *hub
-	heads    headBatcher
-	coalesce coalescer
-	auth     *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
-	ctx      context.Context // cancelled by Shutdown
-	cancel   context.CancelFunc
+	cfg    Config
+	feed   feed.Feed
+	bus    busState // the tailer's source of live changes
+	epoch  string   // the feed's epoch; set by the tailer before ready is closed
+	hub    *hub
+	heads  headBatcher
+	cache  replayCache     // recent changes and shared feed reads, for catch-up
+	auth   *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
+	ctx    context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
 
 	mu        sync.RWMutex
 	resources map[string]*resource
@@ -68,6 +68,7 @@ func New(cfg Config) (*Engine, error) {
 		ready:     make(chan struct{}),
 	}
 	e.bus = newBusState(cfg.Bus, f)
+	e.cache = newReplayCache(cfg.ReplayCache)
 	e.hub = newHub(e)
 	e.auth = newTokenTimers(ctx, cfg.Clock)
 	return e, nil

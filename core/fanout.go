@@ -126,7 +126,6 @@ type hub struct {
 	kicks  []*conn  // dispatch's scratch list of connections to start writers for
 	active []*group // dispatch's scratch list of groups with matched changes
 	seen   [][]byte // flush's scratch list of a subscriber's entries
-	hist   *history // the most recent dispatched changes, for replays
 }
 
 // resIndex holds the groups of one resource. A group is indexed under the
@@ -153,7 +152,7 @@ type pending struct {
 }
 
 func newHub(e *Engine) *hub {
-	return &hub{e: e, res: map[string]*resIndex{}, hist: newHistory(e.cfg.ReplayCache)}
+	return &hub{e: e, res: map[string]*resIndex{}}
 }
 
 // add registers s under its scope.
@@ -270,7 +269,7 @@ func (h *hub) dispatch(changes []feed.Change) {
 	}
 	clear(active)
 	h.active = active[:0]
-	h.hist.add(changes)
+	h.e.cache.recent.add(changes)
 	kickQueued(kicks)
 	clear(kicks)
 	h.kicks = kicks[:0]
@@ -353,7 +352,7 @@ func sameBytes(a, b []byte) bool {
 // engine's memory of recent changes no longer covers what came before.
 func (h *hub) advance(pos feed.Position) {
 	h.mu.Lock()
-	h.hist.reset(pos)
+	h.e.cache.recent.reset(pos)
 	h.mu.Unlock()
 }
 

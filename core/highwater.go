@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/tidesync/tide/core/feed"
@@ -64,4 +65,24 @@ func (e *Engine) headLoop() {
 		w.pos, w.err = e.feed.Head(e.ctx)
 		close(w.done)
 	}
+}
+
+var errCursorAhead = errors.New("tide: cursor beyond the feed's head")
+
+// highWater pins the high-water of a catch-up round that starts at from:
+// the feed's head, read after the subscription registered its live interest with the fan-out, so
+// every later change reaches it live. Subscriptions that ask at about the
+// same time share one head query (head) and therefore the same
+// high-water, so their replays of one scope are the same query and
+// coalesce in the replay cache. A start beyond the head is a cursor from a
+// database restored from a backup, which would skip every change up to it.
+func (e *Engine) highWater(ctx context.Context, from feed.Position) (feed.Position, error) {
+	head, err := e.head(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if from > head {
+		return 0, errCursorAhead
+	}
+	return head, nil
 }

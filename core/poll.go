@@ -36,68 +36,50 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	if req.V != protocol.Version {
 		return nil, protocol.Errorf(protocol.CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, protocol.Version)
 	}
-	r := e.resource(req.Resource)
-	if r == nil {
-		return nil, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(req.Resource, 64))
-	}
-	if len(req.Conditions) > protocol.MaxConditionsN {
-		return nil, protocol.Errorf(protocol.CodeTooManyConditions, "at most %d conditions", protocol.MaxConditionsN)
-	}
-	scope, perr := parseConditions(r.schema, req.Conditions, e.cfg.MaxConditions, e.cfg.MaxConditionValues)
+	r, perr := e.parseRequest(req.Resource, req.Conditions, req.Cursor, req.Limit)
 	if perr != nil {
 		return nil, perr
 	}
-	var cur protocol.Cursor
-	if req.Cursor != "" {
-		var err error
-		if cur, err = protocol.ParseCursor(req.Cursor); err != nil {
-			return nil, protocol.Errorf(protocol.CodeInvalidCursor, "the cursor is not one this server issued")
-		}
-	}
-	if req.Limit < 0 {
-		return nil, protocol.Errorf(protocol.CodeBadFrame, "limit must not be negative")
-	}
-	limit := e.normalizeLimit(req.Limit)
-	if err := r.authorize(ctx, p, scope); err != nil {
+	if err := r.res.authorize(ctx, p, r.scope); err != nil {
 		return nil, err
 	}
-	switch {
-	case req.Cursor != "" && cur.Epoch != e.epoch:
+	sp := e.startOf(r)
+	if sp.reset != "" {
 		e.stats.resets.Add(1)
-		return protocol.Reset("", protocol.ResetEpochChanged), nil
-	case req.Cursor == "" || cur.Snapshot:
-		pg, err := e.snapshotPage(ctx, r, p, scope, cur.After, cur.Snapshot, limit)
+		return protocol.Reset("", sp.reset), nil
+	}
+	if sp.snapshot {
+		pg, err := e.snapshotPage(ctx, r.res, p, r.scope, sp.after, sp.resumed, r.limit)
 		if err != nil {
 			return nil, err
 		}
 		start := pg.pos
-		if cur.Snapshot {
-			start = feed.Position(cur.Pos)
+		if sp.resumed {
+			start = sp.pos
 		}
 		next := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start)}
-		if pg.read == limit {
+		if pg.read == r.limit {
 			next.Snapshot, next.After = true, pg.lastKey
 		}
 		return encodePollPage(pg, next.String(), true), nil
-	default:
-		hw, err := e.feed.Head(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if feed.Position(cur.Pos) > hw {
-			e.stats.resets.Add(1)
-			return protocol.Reset("", protocol.ResetCursorAhead), nil
-		}
-		pg, err := e.replayPage(ctx, r, p, scope, feed.Position(cur.Pos), hw, limit)
-		if errors.Is(err, feed.ErrCursorExpired) {
-			e.stats.resets.Add(1)
-			return protocol.Reset("", protocol.ResetCursorExpired), nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		return encodePollPage(pg, e.cursorString(pg.next), !pg.done), nil
 	}
+	hw, err := e.highWater(ctx, sp.pos)
+	reason := protocol.ResetCursorExpired
+	if errors.Is(err, errCursorAhead) {
+		err, reason = feed.ErrCursorExpired, protocol.ResetCursorAhead
+	}
+	var pg page
+	if err == nil {
+		pg, err = e.replayPage(ctx, r.res, p, r.scope, sp.pos, hw, r.limit)
+	}
+	if errors.Is(err, feed.ErrCursorExpired) {
+		e.stats.resets.Add(1)
+		return protocol.Reset("", reason), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return encodePollPage(pg, e.cursorString(pg.next), !pg.done), nil
 }
 
 func encodePollPage(pg page, cursor string, more bool) []byte {

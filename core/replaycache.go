@@ -10,6 +10,17 @@ import (
 	"github.com/tidesync/tide/core/feed"
 )
 
+// replayCache is what catch-up reads through instead of the feed: the
+// recent changes the tailer dispatched (served from memory), and the feed
+// reads in progress that other subscriptions join. The fan-out feeds it;
+// catch-up reads from it.
+type replayCache struct {
+	recent *history
+	coalescer
+}
+
+func newReplayCache(size int) replayCache { return replayCache{recent: newHistory(size)} }
+
 // coalescer shares feed reads between subscriptions: when many clients of
 // one scope catch up at once (a reconnect storm, a deploy), their replay
 // pages are mostly the same rows. A replay read in progress for a scope is
@@ -92,7 +103,7 @@ type flight[T any] struct {
 // client left) does not fail the others; a caller whose ctx ends stops
 // waiting. led reports whether this caller ran the read.
 func share[K comparable, T any](ctx context.Context, e *Engine, m *map[K]*flight[T], key K, read func(context.Context) (T, error)) (val T, led bool, err error) {
-	c := &e.coalesce
+	c := &e.cache.coalescer
 	c.mu.Lock()
 	if f, ok := (*m)[key]; ok {
 		f.waiters++
@@ -125,7 +136,7 @@ func share[K comparable, T any](ctx context.Context, e *Engine, m *map[K]*flight
 // read covers q.After. The read runs under the engine's context, so a caller
 // that gives up does not fail the others.
 func (e *Engine) sharedReplay(ctx context.Context, q feed.ReplayQuery) (replaySlice, error) {
-	c := &e.coalesce
+	c := &e.cache.coalescer
 	key := replayKey{q.Scope.Key(), q.Limit}
 	c.mu.Lock()
 	for _, f := range c.replays[key] {
@@ -180,7 +191,7 @@ func (e *Engine) sharedReplay(ctx context.Context, q feed.ReplayQuery) (replaySl
 // sharedSnapshot is Feed.Snapshot, coalesced.
 func (e *Engine) sharedSnapshot(ctx context.Context, q feed.SnapshotQuery) (feed.SnapshotPage, error) {
 	key := snapshotKey{q.Scope.Key(), q.After, q.HasAfter, q.Limit}
-	pg, led, err := share(ctx, e, &e.coalesce.snapshots, key, func(ctx context.Context) (feed.SnapshotPage, error) {
+	pg, led, err := share(ctx, e, &e.cache.snapshots, key, func(ctx context.Context) (feed.SnapshotPage, error) {
 		return e.feed.Snapshot(ctx, q)
 	})
 	if led {

@@ -43,7 +43,7 @@ func TestShareCoalesces(t *testing.T) {
 		}
 		results <- len(got)
 	}()
-	waitFor(t, func() bool { e.coalesce.mu.Lock(); defer e.coalesce.mu.Unlock(); return m[key] != nil })
+	waitFor(t, func() bool { e.cache.mu.Lock(); defer e.cache.mu.Unlock(); return m[key] != nil })
 	for i := 0; i < joiners; i++ {
 		wg.Add(1)
 		go func() {
@@ -61,7 +61,7 @@ func TestShareCoalesces(t *testing.T) {
 	if _, _, err := share(quit, e, &m, key, read); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled joiner got %v", err)
 	}
-	waitFor(t, func() bool { e.coalesce.mu.Lock(); defer e.coalesce.mu.Unlock(); return m[key].waiters == joiners+1 })
+	waitFor(t, func() bool { e.cache.mu.Lock(); defer e.cache.mu.Unlock(); return m[key].waiters == joiners+1 })
 	close(release)
 	wg.Wait()
 	close(results)
@@ -154,9 +154,9 @@ func TestReplayJoinsReadInProgress(t *testing.T) {
 		go run(i+1, r)
 	}
 	waitFor(t, func() bool {
-		e.coalesce.mu.Lock()
-		defer e.coalesce.mu.Unlock()
-		fs := e.coalesce.replays[replayKey{sc.Key(), 100}]
+		e.cache.mu.Lock()
+		defer e.cache.mu.Unlock()
+		fs := e.cache.replays[replayKey{sc.Key(), 100}]
 		return len(fs) == 1 && fs[0].waiters == len(joiners)
 	})
 	close(g.gate)

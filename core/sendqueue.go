@@ -23,14 +23,17 @@ func (it *outItem) size() int { return len(it.data) + it.live.bytes }
 // outbound is a connection's bounded send queue. Its fields are guarded by
 // the connection's mutex.
 type outbound struct {
-	limit       int
-	items       []outItem
-	spare       []outItem
-	bytes       int
-	writing     bool            // a writer goroutine is running
-	pingDue     bool            // the pinger asked for a ping
-	room        chan struct{}   // closed when bytes are freed; created by waiters
-	desynced    []*subscription // subscriptions to replay once the queue drains
+	limit   int
+	items   []outItem
+	spare   []outItem
+	bytes   int
+	writing bool          // a writer goroutine is running
+	pingDue bool          // the pinger asked for a ping
+	room    chan struct{} // closed when bytes are freed; created by waiters
+	// resyncDue: a subscription of this connection was desynced; once the
+	// queue drains, the writer resyncs every subscription whose state says
+	// so. Which ones is kept by the subscriptions alone.
+	resyncDue   bool
 	drops       int
 	closeQueued bool // a close item is queued: nothing more is accepted
 	kickQueued  bool // the fan-out starts the writer after its batch
@@ -148,7 +151,7 @@ func (c *conn) noteDrop(s *subscription) {
 	c.mu.Lock()
 	c.out.drops++
 	over := c.out.drops > c.e.cfg.MaxDrops
-	c.out.desynced = append(c.out.desynced, s)
+	c.out.resyncDue = true
 	c.kickLocked()
 	c.mu.Unlock()
 	if over {

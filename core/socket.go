@@ -180,9 +180,12 @@ func (c *conn) writeLoop() {
 		items := c.out.items
 		c.out.items = c.out.spare[:0]
 		var resync []*subscription
-		if c.out.bytes <= c.out.limit/2 && len(c.out.desynced) > 0 {
-			resync = c.out.desynced
-			c.out.desynced = nil
+		if c.out.bytes <= c.out.limit/2 && c.out.resyncDue {
+			c.out.resyncDue = false
+			resync = make([]*subscription, 0, len(c.subs))
+			for _, s := range c.subs {
+				resync = append(resync, s) // resync skips those not desynced
+			}
 		}
 		if len(items) == 0 && !ping && resync == nil {
 			c.out.writing = false

@@ -58,7 +58,7 @@ func (s *subscription) principal() authz.Principal { return s.c.currentPrincipal
 
 // start authorizes the subscription, registers it with the hub and catches
 // it up. It runs on its own goroutine, counted in the engine's WaitGroup.
-func (s *subscription) start(cur protocol.Cursor, hasCursor bool) {
+func (s *subscription) start(req request) {
 	e := s.c.e
 	defer e.wg.Done()
 	err := s.authorize()
@@ -75,7 +75,7 @@ func (s *subscription) start(cur protocol.Cursor, hasCursor bool) {
 			e.hub.remove(s)
 			return
 		}
-		err = s.catchUp(cur, hasCursor)
+		err = s.catchUp(e.startOf(req))
 	}
 	if err != nil && s.ctx.Err() == nil && !errors.Is(err, errConnClosing) {
 		s.c.failSub(s, err)
@@ -137,7 +137,7 @@ func (s *subscription) desync() {
 	case subLive:
 		s.state = subDesynced
 		s.c.mu.Lock()
-		s.c.out.desynced = append(s.c.out.desynced, s)
+		s.c.out.resyncDue = true
 		s.c.kickLocked()
 		s.c.mu.Unlock()
 	}
@@ -159,7 +159,7 @@ func (s *subscription) resync() {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		err := s.catchUp(protocol.Cursor{Epoch: e.epoch, Pos: uint64(from)}, true)
+		err := s.catchUp(startPoint{pos: from})
 		if err != nil && s.ctx.Err() == nil && !errors.Is(err, errConnClosing) {
 			s.c.failSub(s, err)
 		}
