@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/feed/memfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
 )
 
 // testCtx returns a context that ends with the test, bounded as a failure
