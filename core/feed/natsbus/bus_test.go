@@ -261,7 +261,7 @@ func TestNewChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	meta, err := DecodeMeta(m.Header)
+	meta, err := decodeMeta(m.Header)
 	if err != nil || meta.Prev != 105 || meta.Base != 100 {
 		t.Fatalf("continued chain: %+v %v, want prev 105 base 100", meta, err)
 	}

@@ -69,7 +69,7 @@ func (b *Bus) AddInterest(ctx context.Context, topics []feed.Topic) (feed.Positi
 		if t.All {
 			b.wantRes[b.resPrefix(t.Resource)] = struct{}{}
 		} else {
-			b.wantSubj[Subject(b.opts.Prefix, t.Resource, t.Tenant)] = struct{}{}
+			b.wantSubj[subject(b.opts.Prefix, t.Resource, t.Tenant)] = struct{}{}
 		}
 		if b.rd == nil || b.rdGen != b.gen || !b.rd.covers(b, t) {
 			bump = true
@@ -110,7 +110,7 @@ func (b *Bus) lastPoint(ctx context.Context) *point {
 	if err != nil {
 		return nil
 	}
-	meta, err := DecodeMeta(m.Header)
+	meta, err := decodeMeta(m.Header)
 	if err != nil || meta.Epoch != b.feed.Epoch() {
 		return nil
 	}
@@ -132,7 +132,7 @@ func (b *Bus) DropInterest(topics []feed.Topic) {
 		if t.All {
 			b.wantRes[b.resPrefix(t.Resource)] = struct{}{}
 		} else {
-			b.wantSubj[Subject(b.opts.Prefix, t.Resource, t.Tenant)] = struct{}{}
+			b.wantSubj[subject(b.opts.Prefix, t.Resource, t.Tenant)] = struct{}{}
 		}
 	}
 	if len(b.want) == 0 {
@@ -157,7 +157,7 @@ func (b *Bus) interestedLocked(subj string) bool {
 // resPrefix returns "<prefix>.change.<resource>.", the start of the
 // subjects of every tenant of a resource.
 func (b *Bus) resPrefix(resource string) string {
-	return b.opts.Prefix + ".change." + Token(resource) + "."
+	return b.opts.Prefix + ".change." + token(resource) + "."
 }
 
 // bumpLocked invalidates the current reader and wakes Tail.
@@ -178,7 +178,7 @@ func (b *Bus) filterFor(want map[feed.Topic]struct{}) []string {
 		if t.All {
 			whole[t.Resource] = true
 		} else {
-			byRes[t.Resource] = append(byRes[t.Resource], Subject(b.opts.Prefix, t.Resource, t.Tenant))
+			byRes[t.Resource] = append(byRes[t.Resource], subject(b.opts.Prefix, t.Resource, t.Tenant))
 		}
 	}
 	for r := range whole {
@@ -211,7 +211,7 @@ func (b *Bus) filterFor(want map[feed.Topic]struct{}) []string {
 	var out []string
 	for _, r := range resources {
 		if whole[r] {
-			out = append(out, ResourceSubject(b.opts.Prefix, r))
+			out = append(out, resourceSubject(b.opts.Prefix, r))
 		} else {
 			s := byRes[r]
 			slices.Sort(s)

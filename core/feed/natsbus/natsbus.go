@@ -208,7 +208,8 @@ func New(ctx context.Context, nc *nats.Conn, f feed.Feed, opts Options) (*Bus, e
 	return b, nil
 }
 
-// StreamConfig returns the configuration New gives the stream.
+// StreamConfig returns the configuration New gives the stream (Name is
+// the stream's name), for provisioning or inspecting it with other tools.
 func (b *Bus) StreamConfig() jetstream.StreamConfig {
 	o := b.opts
 	st := jetstream.FileStorage
@@ -257,12 +258,6 @@ func (b *Bus) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, 
 	defer cancel()
 	return b.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(b.all))
 }
-
-// Prefix returns the subject prefix.
-func (b *Bus) Prefix() string { return b.opts.Prefix }
-
-// Stream returns the stream's name.
-func (b *Bus) Stream() string { return b.opts.Stream }
 
 // Close stops the node's consumer. It does not close the NATS connection.
 // Tail returns an error afterwards.

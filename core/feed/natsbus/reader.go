@@ -76,7 +76,7 @@ func (r *reader) covers(b *Bus, t feed.Topic) bool {
 	if t.All {
 		return false
 	}
-	_, ok := r.exact[Subject(b.opts.Prefix, t.Resource, t.Tenant)]
+	_, ok := r.exact[subject(b.opts.Prefix, t.Resource, t.Tenant)]
 	return ok
 }
 

@@ -20,7 +20,7 @@ import (
 // the filter did not match is checked against the stream's first sequence
 // (retention removes the oldest messages first, so if the first sequence is
 // at most seq+1 nothing after seq was removed), else ErrCursorExpired; and
-// a message whose chain started after kp (Meta.Base > kp: the stream was
+// a message whose chain started after kp (msgMeta.Base > kp: the stream was
 // empty or had to restart past the feed's retention, so changes after kp
 // may never have been published) yields ErrCursorExpired.
 
@@ -68,8 +68,8 @@ func (b *Bus) position(ctx context.Context, after feed.Position) (uint64, error)
 		return st.LastSeq, nil
 	}
 	epoch := b.feed.Epoch()
-	posOf := func(m *jetstream.RawStreamMsg) (Meta, bool) {
-		meta, err := DecodeMeta(m.Header)
+	posOf := func(m *jetstream.RawStreamMsg) (msgMeta, bool) {
+		meta, err := decodeMeta(m.Header)
 		return meta, err == nil && meta.Epoch == epoch
 	}
 	// Smallest s in [lo, hi) whose next message is past `after`.
@@ -182,7 +182,7 @@ func (b *Bus) probe(ctx context.Context, rd *reader, gen, seq uint64) {
 	if err != nil || m.Sequence != last {
 		return
 	}
-	meta, err := DecodeMeta(m.Header)
+	meta, err := decodeMeta(m.Header)
 	if err != nil {
 		return
 	}

@@ -262,7 +262,7 @@ func (b *Bus) commitLocked(batch []jetstream.Msg, seqs []uint64) ([]feed.Change,
 			b.stats.filtered.Add(1)
 			continue
 		}
-		meta, c, err := DecodeMessage(m.Headers(), m.Data())
+		meta, c, err := decodeMessage(m.Headers(), m.Data())
 		if err != nil {
 			b.stats.invalid.Add(1)
 			b.log.Error("natsbus: skipping a message that is not a tide change", "stream", b.opts.Stream, "seq", seqs[i], "subject", m.Subject(), "err", err)
