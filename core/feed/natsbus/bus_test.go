@@ -261,7 +261,7 @@ func TestNewChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	meta, err := DecodeMeta(m.Header)
+	meta, err := decodeMeta(m.Header)
 	if err != nil || meta.Prev != 105 || meta.Base != 100 {
 		t.Fatalf("continued chain: %+v %v, want prev 105 base 100", meta, err)
 	}
@@ -324,7 +324,11 @@ func TestReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 300
+	// The publisher is waited for: the node may return the last change
+	// before its publish is acknowledged.
+	published := make(chan struct{})
 	go func() {
+		defer close(published)
 		for p := feed.Position(1); p <= n; p++ {
 			if _, _, err := pub.Publish(ctx, []feed.Change{change(p, "items", "t1")}); err != nil {
 				t.Error(err)
@@ -351,6 +355,7 @@ func TestReconnect(t *testing.T) {
 			}
 		}
 	}
+	<-published
 	for i, p := range got {
 		if p != feed.Position(i+1) {
 			t.Fatalf("change %d at position %d: lost or repeated (%v)", i, p, got[max(0, i-3):min(len(got), i+3)])

@@ -23,13 +23,21 @@
 // MaxBytes 4 GiB by default: the oldest messages go first) and a 2-minute
 // de-duplication window. Each change is one message under
 // "<prefix>.change.<resource>.<tenant>", the tenant being the value of the
-// resource's first scope column, escaped into one subject token by Token
-// ("p7" stays "p7", "acme.com" becomes "acme%2Ecom", "" is "%", values longer
-// than 128 bytes escaped become '#' and a SHA-256 prefix). Headers:
-// Nats-Msg-Id "<epoch>.<pos>" (JetStream de-duplication), Tide-Epoch,
-// Tide-Pos, Tide-Prev (the previous change's position) and Tide-Base (where
-// the chain of messages started). The body is the change as JSON (see
-// EncodeMessage).
+// resource's first scope column ("" without scope columns). The resource
+// and the tenant are each escaped into one subject token: ASCII letters,
+// digits, '-' and '_' stand for themselves, every other byte is '%' and two
+// upper-case hex digits, "" is "%" ("p7" stays "p7", "acme.com" becomes
+// "acme%2Ecom"), and a value whose escaped form exceeds 128 bytes becomes
+// '#' and the first 32 hex digits of its SHA-256. Headers: Nats-Msg-Id
+// "<epoch>.<pos>" (JetStream de-duplication), Tide-Epoch, Tide-Pos,
+// Tide-Prev (the previous change's position) and Tide-Base (where the chain
+// of messages started), see HeaderEpoch. The body is the change as JSON:
+//
+//	{"pos":42,"resource":"todos","op":"upsert","key":"t1",
+//	 "scope":["p7"],"row":{...},"origin":"dev-1"}
+//
+// op is "upsert" or "delete"; row (the new row, or the old one of a delete)
+// and origin are left out when empty.
 //
 // # Guarantees
 //

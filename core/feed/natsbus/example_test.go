@@ -2,7 +2,6 @@ package natsbus_test
 
 import (
 	"context"
-	"fmt"
 	"log"
 
 	"github.com/nats-io/nats.go"
@@ -33,15 +32,4 @@ func Example() {
 		log.Fatal(err)
 	}
 	_ = engine
-}
-
-// Tenants are escaped into one subject token each.
-func ExampleSubject() {
-	fmt.Println(natsbus.Subject("tide", "todos", "p7"))
-	fmt.Println(natsbus.Subject("tide", "todos", "acme.com"))
-	fmt.Println(natsbus.Subject("tide", "todos", ""))
-	// Output:
-	// tide.change.todos.p7
-	// tide.change.todos.acme%2Ecom
-	// tide.change.todos.%
 }

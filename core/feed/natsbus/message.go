@@ -12,9 +12,10 @@ import (
 	"github.com/tidesync/tide/core/feed"
 )
 
-// Message headers. Nats-Msg-Id ("<epoch>.<pos>") is JetStream's
-// de-duplication id; the Tide-* headers carry what a node needs without
-// decoding the body.
+// Message headers, part of the stream's wire format (see the package doc)
+// for tools that read the stream. Nats-Msg-Id ("<epoch>.<pos>") is
+// JetStream's de-duplication id; the Tide-* headers carry what a node needs
+// without decoding the body.
 const (
 	HeaderEpoch = "Tide-Epoch" // the change log's epoch (feed.Feed.Epoch)
 	HeaderPos   = "Tide-Pos"   // the change's position, decimal
@@ -22,7 +23,7 @@ const (
 	HeaderBase  = "Tide-Base"  // the position after which its chain started, decimal
 )
 
-// Meta is what a message's headers say about its place in the stream.
+// msgMeta is what a message's headers say about its place in the stream.
 //
 // A chain is a run of messages published without a hole: it starts after
 // Base (the feed's head when a replicator found the stream empty, or had to
@@ -30,7 +31,7 @@ const (
 // log after Base, in position order; Prev is the position of the change
 // before this one in the chain (Base for the first). Successive replicator
 // terms continue the chain of the stream's last message.
-type Meta struct {
+type msgMeta struct {
 	Epoch string        // the change log's epoch
 	Pos   feed.Position // the change's position
 	Prev  feed.Position // the position of the change before it in its chain
@@ -57,16 +58,16 @@ func tenantOf(c *feed.Change) string {
 	return c.Scope[0]
 }
 
-// EncodeMessage returns the message that publishes c under prefix:
+// encodeMessage returns the message that publishes c under prefix:
 //
-//	subject  <prefix>.change.<Token(resource)>.<Token(tenant)>
+//	subject  <prefix>.change.<token(resource)>.<token(tenant)>
 //	headers  Nats-Msg-Id: <epoch>.<pos>   Tide-Epoch, Tide-Pos, Tide-Prev, Tide-Base
 //	body     {"pos":42,"resource":"todos","op":"upsert","key":"t1",
 //	          "scope":["p7"],"row":{...},"origin":"dev-1"}
 //
 // op is "upsert" or "delete"; row (the new row, or the old one of a delete)
 // and origin are left out when empty. m.Pos must equal c.Pos.
-func EncodeMessage(prefix string, c *feed.Change, m Meta) (*nats.Msg, error) {
+func encodeMessage(prefix string, c *feed.Change, m msgMeta) (*nats.Msg, error) {
 	if m.Pos != c.Pos {
 		return nil, fmt.Errorf("natsbus: meta position %d for a change at %d", m.Pos, c.Pos)
 	}
@@ -86,7 +87,7 @@ func EncodeMessage(prefix string, c *feed.Change, m Meta) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: encode change at %d: %w", c.Pos, err)
 	}
-	msg := nats.NewMsg(Subject(prefix, c.Resource, tenantOf(c)))
+	msg := nats.NewMsg(subject(prefix, c.Resource, tenantOf(c)))
 	msg.Header.Set(nats.MsgIdHdr, m.Epoch+"."+strconv.FormatUint(uint64(m.Pos), 10))
 	msg.Header.Set(HeaderEpoch, m.Epoch)
 	msg.Header.Set(HeaderPos, strconv.FormatUint(uint64(m.Pos), 10))
@@ -96,9 +97,9 @@ func EncodeMessage(prefix string, c *feed.Change, m Meta) (*nats.Msg, error) {
 	return msg, nil
 }
 
-// DecodeMeta reads a message's headers.
-func DecodeMeta(h nats.Header) (Meta, error) {
-	var m Meta
+// decodeMeta reads a message's headers.
+func decodeMeta(h nats.Header) (msgMeta, error) {
+	var m msgMeta
 	m.Epoch = h.Get(HeaderEpoch)
 	var err error
 	num := func(name string) feed.Position {
@@ -114,12 +115,12 @@ func DecodeMeta(h nats.Header) (Meta, error) {
 	}
 	m.Pos, m.Prev, m.Base = num(HeaderPos), num(HeaderPrev), num(HeaderBase)
 	if err != nil {
-		return Meta{}, err
+		return msgMeta{}, err
 	}
 	return m, m.check()
 }
 
-func (m Meta) check() error {
+func (m msgMeta) check() error {
 	if !validEpoch(m.Epoch) {
 		return fmt.Errorf("natsbus: invalid epoch %q", m.Epoch)
 	}
@@ -145,19 +146,19 @@ func validEpoch(e string) bool {
 
 var errNotObject = errors.New("row is not a JSON object")
 
-// DecodeMessage decodes a message made by EncodeMessage. It checks the
-// headers (DecodeMeta), that the body is a change at the headers' position
+// decodeMessage decodes a message made by encodeMessage. It checks the
+// headers (decodeMeta), that the body is a change at the headers' position
 // with a resource, a valid op and, if present, a row that is a JSON object.
 // The subject is routing only and is not read: the body is the truth that
 // fan-out matches.
-func DecodeMessage(h nats.Header, data []byte) (Meta, feed.Change, error) {
-	m, err := DecodeMeta(h)
+func decodeMessage(h nats.Header, data []byte) (msgMeta, feed.Change, error) {
+	m, err := decodeMeta(h)
 	if err != nil {
-		return Meta{}, feed.Change{}, err
+		return msgMeta{}, feed.Change{}, err
 	}
 	var b body
 	if err := json.Unmarshal(data, &b); err != nil {
-		return Meta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", err)
+		return msgMeta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", err)
 	}
 	c := feed.Change{Pos: feed.Position(b.Pos), Resource: b.Resource, Key: b.Key, Scope: b.Scope, Origin: b.Origin}
 	switch b.Op {
@@ -166,17 +167,17 @@ func DecodeMessage(h nats.Header, data []byte) (Meta, feed.Change, error) {
 	case "delete":
 		c.Op = feed.OpDelete
 	default:
-		return Meta{}, feed.Change{}, fmt.Errorf("natsbus: body: invalid op %q", b.Op)
+		return msgMeta{}, feed.Change{}, fmt.Errorf("natsbus: body: invalid op %q", b.Op)
 	}
 	switch {
 	case c.Pos != m.Pos:
-		return Meta{}, feed.Change{}, fmt.Errorf("natsbus: body at %d, headers at %d", c.Pos, m.Pos)
+		return msgMeta{}, feed.Change{}, fmt.Errorf("natsbus: body at %d, headers at %d", c.Pos, m.Pos)
 	case c.Resource == "":
-		return Meta{}, feed.Change{}, errors.New("natsbus: body: no resource")
+		return msgMeta{}, feed.Change{}, errors.New("natsbus: body: no resource")
 	}
 	if len(b.Row) > 0 {
 		if t := bytes.TrimLeft(b.Row, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-			return Meta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", errNotObject)
+			return msgMeta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", errNotObject)
 		}
 		c.Row = b.Row
 	}

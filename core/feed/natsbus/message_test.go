@@ -19,8 +19,8 @@ func TestMessageRoundTrip(t *testing.T) {
 		{Pos: 9, Resource: "notes", Op: feed.OpUpsert, Key: "", Scope: nil, Row: json.RawMessage(`{}`)},
 		{Pos: 10, Resource: "notes", Op: feed.OpDelete, Key: "k"},
 	} {
-		m := Meta{Epoch: "E1", Pos: c.Pos, Prev: c.Pos - 2, Base: 1}
-		msg, err := EncodeMessage("tide", &c, m)
+		m := msgMeta{Epoch: "E1", Pos: c.Pos, Prev: c.Pos - 2, Base: 1}
+		msg, err := encodeMessage("tide", &c, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,13 +28,13 @@ func TestMessageRoundTrip(t *testing.T) {
 		if len(c.Scope) > 0 {
 			tenant = c.Scope[0]
 		}
-		if want := Subject("tide", c.Resource, tenant); msg.Subject != want {
+		if want := subject("tide", c.Resource, tenant); msg.Subject != want {
 			t.Errorf("subject %q, want %q", msg.Subject, want)
 		}
 		if got, want := msg.Header.Get(nats.MsgIdHdr), "E1."+strconv.Itoa(int(c.Pos)); got != want {
 			t.Errorf("Nats-Msg-Id %q, want %q", got, want)
 		}
-		gm, gc, err := DecodeMessage(msg.Header, msg.Data)
+		gm, gc, err := decodeMessage(msg.Header, msg.Data)
 		if err != nil {
 			t.Fatalf("decode %s: %v", msg.Data, err)
 		}
@@ -70,7 +70,7 @@ func compactEq(a, b []byte) bool {
 func TestDecodeRejects(t *testing.T) {
 	good := func() (nats.Header, []byte) {
 		c := change(5, "items", "t1")
-		msg, err := EncodeMessage("p", &c, Meta{Epoch: "E", Pos: 5, Prev: 4, Base: 0})
+		msg, err := encodeMessage("p", &c, msgMeta{Epoch: "E", Pos: 5, Prev: 4, Base: 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestDecodeRejects(t *testing.T) {
 	} {
 		h, b := good()
 		b = mutate(h, b)
-		if _, _, err := DecodeMessage(h, b); err == nil {
+		if _, _, err := decodeMessage(h, b); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
 	}
@@ -113,16 +113,16 @@ func FuzzDecodeMessage(f *testing.F) {
 		h.Set(HeaderPos, pos)
 		h.Set(HeaderPrev, prev)
 		h.Set(HeaderBase, base)
-		m, c, err := DecodeMessage(h, body)
+		m, c, err := decodeMessage(h, body)
 		if err != nil {
 			return
 		}
 		// Whatever decodes re-encodes to a message that decodes the same.
-		msg, err := EncodeMessage("p", &c, m)
+		msg, err := encodeMessage("p", &c, m)
 		if err != nil {
 			t.Fatalf("re-encode %+v %+v: %v", m, c, err)
 		}
-		m2, c2, err := DecodeMessage(msg.Header, msg.Data)
+		m2, c2, err := decodeMessage(msg.Header, msg.Data)
 		if err != nil || m2 != m || !sameChange(c, c2) {
 			t.Fatalf("re-decode: %+v %+v %v; want %+v %+v", m2, c2, err, m, c)
 		}

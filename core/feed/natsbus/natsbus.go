@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -147,7 +146,8 @@ type Bus struct {
 	stats  counters
 	wg     sync.WaitGroup // consumer deletions
 
-	// Consumer side, guarded by mu. See tail.go.
+	// Consumer side, guarded by mu. See interest.go, reader.go, tail.go
+	// and retention.go.
 	mu       sync.Mutex
 	want     map[feed.Topic]struct{}
 	wantSubj map[string]struct{} // exact subjects of tenant topics
@@ -208,7 +208,8 @@ func New(ctx context.Context, nc *nats.Conn, f feed.Feed, opts Options) (*Bus, e
 	return b, nil
 }
 
-// StreamConfig returns the configuration New gives the stream.
+// StreamConfig returns the configuration New gives the stream (Name is
+// the stream's name), for provisioning or inspecting it with other tools.
 func (b *Bus) StreamConfig() jetstream.StreamConfig {
 	o := b.opts
 	st := jetstream.FileStorage
@@ -240,26 +241,44 @@ func (b *Bus) ensureStream(ctx context.Context) (jetstream.Stream, error) {
 	return s, nil
 }
 
-// Prefix returns the subject prefix.
-func (b *Bus) Prefix() string { return b.opts.Prefix }
+// info returns the stream's info.
+func (b *Bus) info(ctx context.Context) (*jetstream.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+	defer cancel()
+	info, err := b.stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: stream %s info: %w", b.opts.Stream, err)
+	}
+	return info, nil
+}
 
-// Stream returns the stream's name.
-func (b *Bus) Stream() string { return b.opts.Stream }
+// getMsg returns the first message at or after seq.
+func (b *Bus) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+	defer cancel()
+	return b.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(b.all))
+}
 
 // Close stops the node's consumer. It does not close the NATS connection.
 // Tail returns an error afterwards.
 func (b *Bus) Close() error {
-	b.mu.Lock()
-	b.closed = true
-	rd := b.rd
-	b.rd = nil
-	b.bumpLocked()
-	b.mu.Unlock()
-	if rd != nil {
+	if rd := b.shut(); rd != nil {
 		b.stopReader(rd)
 	}
 	b.wg.Wait()
 	return nil
+}
+
+// shut marks the bus closed, wakes Tail and takes the current reader out of
+// use, returning it to stop.
+func (b *Bus) shut() *reader {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	rd := b.rd
+	b.rd = nil
+	b.bumpLocked()
+	return rd
 }
 
 // ErrClosed is returned by Tail after Close.
@@ -285,58 +304,4 @@ func (b *Bus) supportsMultiFilter() bool {
 		return false
 	}
 	return major > 2 || major == 2 && minor >= 10
-}
-
-// counters are the bus's operational counters.
-type counters struct {
-	received    atomic.Int64
-	returned    atomic.Int64
-	filtered    atomic.Int64
-	old         atomic.Int64
-	invalid     atomic.Int64
-	foreign     atomic.Int64
-	expired     atomic.Int64
-	readers     atomic.Int64
-	positions   atomic.Int64
-	checks      atomic.Int64
-	readerFails atomic.Int64
-	fastForward atomic.Int64
-	probes      atomic.Int64
-	published   atomic.Int64
-	duplicates  atomic.Int64
-	fenced      atomic.Int64
-}
-
-// Stats are a bus's counters.
-type Stats struct {
-	// Consumer side.
-	Received        int64 // messages the node's consumers delivered
-	Returned        int64 // changes Tail returned to the engine
-	Filtered        int64 // messages dropped because no subscription of the node needs their topic
-	Old             int64 // messages at or below the position Tail was asked for (already covered)
-	Invalid         int64 // messages that did not decode (skipped and logged)
-	Foreign         int64 // messages of another change log (epoch)
-	Expired         int64 // times Tail returned feed.ErrCursorExpired
-	Readers         int64 // consumers created (start, interest growth, repositioning, failures)
-	Positionings    int64 // searches of the stream for the first change after a position
-	RetentionChecks int64 // stream-info requests made to rule out retention gaps
-	ReaderFailures  int64 // consumers abandoned after an error (disconnect, missed heartbeats, delivery gap)
-	FastForwards    int64 // times an idle node skipped to the stream's end as its first subscriber arrived
-	Probes          int64 // checks, after a quiet spell, that the node has seen everything of its topics
-	// Publisher side.
-	Published  int64 // messages stored in the stream
-	Duplicates int64 // messages the stream acknowledged as duplicates
-	Fenced     int64 // publishes refused because the stream moved (another leader published)
-}
-
-// Stats returns the bus's counters.
-func (b *Bus) Stats() Stats {
-	s := &b.stats
-	return Stats{
-		Received: s.received.Load(), Returned: s.returned.Load(), Filtered: s.filtered.Load(),
-		Old: s.old.Load(), Invalid: s.invalid.Load(), Foreign: s.foreign.Load(), Expired: s.expired.Load(),
-		Readers: s.readers.Load(), Positionings: s.positions.Load(), RetentionChecks: s.checks.Load(),
-		ReaderFailures: s.readerFails.Load(), FastForwards: s.fastForward.Load(), Probes: s.probes.Load(),
-		Published: s.published.Load(), Duplicates: s.duplicates.Load(), Fenced: s.fenced.Load(),
-	}
 }

@@ -57,7 +57,7 @@ func (b *Bus) Resume(ctx context.Context, epoch string, head feed.Position, fres
 			return 0, err
 		}
 		if err == nil {
-			if meta, merr := DecodeMeta(m.Header); merr == nil && meta.Epoch == epoch {
+			if meta, merr := decodeMeta(m.Header); merr == nil && meta.Epoch == epoch {
 				p.prev, p.base, p.last = meta.Pos, meta.Base, m.Sequence
 			}
 		}
@@ -95,7 +95,7 @@ func (b *Bus) Publish(ctx context.Context, changes []feed.Change) (stored, dupli
 		if c.Pos <= prev {
 			return fail(fmt.Errorf("natsbus: change at %d is not after %d", c.Pos, prev))
 		}
-		msg, err := EncodeMessage(b.opts.Prefix, c, Meta{Epoch: p.epoch, Pos: c.Pos, Prev: prev, Base: p.base})
+		msg, err := encodeMessage(b.opts.Prefix, c, msgMeta{Epoch: p.epoch, Pos: c.Pos, Prev: prev, Base: p.base})
 		if err != nil {
 			return fail(err)
 		}

@@ -8,28 +8,28 @@ import (
 	"strings"
 )
 
-// MaxTokenLen is the longest subject token Token produces by escaping; a
-// value whose escaped form would be longer is hashed instead.
-const MaxTokenLen = 128
+// maxTokenLen is the longest subject token that token produces by
+// escaping; a value whose escaped form would be longer is hashed instead.
+const maxTokenLen = 128
 
-// Token maps a resource name or a tenant value (arbitrary text) to one valid
+// token maps a resource name or a tenant value (arbitrary text) to one valid
 // NATS subject token, injectively for every value whose escaped form fits in
-// MaxTokenLen bytes:
+// maxTokenLen bytes:
 //
 //   - ASCII letters, digits, '-' and '_' stand for themselves, so the common
 //     tenant ids (slugs, numbers, UUIDs) stay readable: "p7" → "p7";
 //   - every other byte is '%' followed by two upper-case hex digits:
 //     "acme.com" → "acme%2Ecom", "a b" → "a%20b", "é" → "%C3%A9";
 //   - the empty string is "%" alone (never produced otherwise);
-//   - a value whose (escaped) form exceeds MaxTokenLen is '#' followed by the
+//   - a value whose (escaped) form exceeds maxTokenLen is '#' followed by the
 //     first 32 hex digits of its SHA-256 ("#3a7bd3e2360a3d29eea436fcfb7e44c7"),
 //     keeping subjects short; fan-out still matches the full value from the
 //     message body, so a collision could only over-deliver to the engine,
 //     which filters again.
 //
-// Tokens therefore never contain '.', '*', '>', whitespace or non-ASCII
+// Its tokens therefore never contain '.', '*', '>', whitespace or non-ASCII
 // bytes.
-func Token(s string) string {
+func token(s string) string {
 	if s == "" {
 		return "%"
 	}
@@ -41,7 +41,7 @@ func Token(s string) string {
 			n += 3
 		}
 	}
-	if n > MaxTokenLen {
+	if n > maxTokenLen {
 		h := sha256.Sum256([]byte(s))
 		return "#" + hex.EncodeToString(h[:16])
 	}
@@ -65,22 +65,22 @@ func plain(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
-// ErrHashedToken is returned by ParseToken for a hashed token, which cannot
+// errHashedToken is returned by parseToken for a hashed token, which cannot
 // be reversed.
-var ErrHashedToken = errors.New("natsbus: token is a hash of a long value")
+var errHashedToken = errors.New("natsbus: token is a hash of a long value")
 
-// ParseToken reverses Token. It fails for hashed tokens (ErrHashedToken)
-// and for anything Token does not produce.
-func ParseToken(tok string) (string, error) {
+// parseToken reverses token. It fails for hashed tokens (errHashedToken)
+// and for anything token does not produce.
+func parseToken(tok string) (string, error) {
 	switch {
 	case tok == "%":
 		return "", nil
 	case tok == "":
 		return "", errors.New("natsbus: empty token")
 	case tok[0] == '#':
-		return "", ErrHashedToken
-	case len(tok) > MaxTokenLen:
-		return "", fmt.Errorf("natsbus: token longer than %d bytes", MaxTokenLen)
+		return "", errHashedToken
+	case len(tok) > maxTokenLen:
+		return "", fmt.Errorf("natsbus: token longer than %d bytes", maxTokenLen)
 	}
 	if strings.IndexByte(tok, '%') < 0 {
 		for i := 0; i < len(tok); i++ {
@@ -120,18 +120,18 @@ func upperHex(c byte) int {
 	return -1
 }
 
-// Subject returns the subject a change of resource for tenant is published
-// under: "<prefix>.change.<Token(resource)>.<Token(tenant)>". The tenant of a
+// subject returns the subject a change of resource for tenant is published
+// under: "<prefix>.change.<token(resource)>.<token(tenant)>". The tenant of a
 // change is its first scope value (Change.Scope[0]), "" for a resource
 // without scope columns.
-func Subject(prefix, resource, tenant string) string {
-	return prefix + ".change." + Token(resource) + "." + Token(tenant)
+func subject(prefix, resource, tenant string) string {
+	return prefix + ".change." + token(resource) + "." + token(tenant)
 }
 
-// ResourceSubject returns the subject filter matching every tenant of a
-// resource: "<prefix>.change.<Token(resource)>.*".
-func ResourceSubject(prefix, resource string) string {
-	return prefix + ".change." + Token(resource) + ".*"
+// resourceSubject returns the subject filter matching every tenant of a
+// resource: "<prefix>.change.<token(resource)>.*".
+func resourceSubject(prefix, resource string) string {
+	return prefix + ".change." + token(resource) + ".*"
 }
 
 // validPrefix checks a subject prefix: one or more tokens of ASCII letters,

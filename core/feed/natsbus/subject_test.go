@@ -8,7 +8,7 @@ import (
 )
 
 func TestToken(t *testing.T) {
-	long := strings.Repeat("x", MaxTokenLen+1)
+	long := strings.Repeat("x", maxTokenLen+1)
 	for _, tc := range []struct{ in, want string }{
 		{"p7", "p7"},
 		{"", "%"},
@@ -23,40 +23,40 @@ func TestToken(t *testing.T) {
 		{"3f2504e0-4f89-11d3-9a0c-0305e82c3301", "3f2504e0-4f89-11d3-9a0c-0305e82c3301"},
 		{"tab\there", "tab%09here"},
 		{"nul\x00", "nul%00"},
-		{strings.Repeat("x", MaxTokenLen), strings.Repeat("x", MaxTokenLen)},
+		{strings.Repeat("x", maxTokenLen), strings.Repeat("x", maxTokenLen)},
 	} {
-		got := Token(tc.in)
+		got := token(tc.in)
 		if got != tc.want {
-			t.Errorf("Token(%q) = %q, want %q", tc.in, got, tc.want)
+			t.Errorf("token(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 		checkToken(t, tc.in, got)
 	}
-	checkToken(t, long, Token(long))
-	if got := Token(long); len(got) != 33 || got[0] != '#' {
-		t.Errorf("Token of a %d-byte value = %q, want '#' and 32 hex digits", len(long), got)
+	checkToken(t, long, token(long))
+	if got := token(long); len(got) != 33 || got[0] != '#' {
+		t.Errorf("token of a %d-byte value = %q, want '#' and 32 hex digits", len(long), got)
 	}
-	if Token(long) == Token(long+"y") {
+	if token(long) == token(long+"y") {
 		t.Error("two long values hash to one token")
 	}
 	for _, bad := range []string{"", "a.b", "a%2", "a%2e", "a%41", "%%", "a b", "é"} {
-		if v, err := ParseToken(bad); err == nil {
-			t.Errorf("ParseToken(%q) = %q, want an error", bad, v)
+		if v, err := parseToken(bad); err == nil {
+			t.Errorf("parseToken(%q) = %q, want an error", bad, v)
 		}
 	}
-	if _, err := ParseToken(Token(long)); !errors.Is(err, ErrHashedToken) {
-		t.Errorf("ParseToken(hashed) err = %v, want ErrHashedToken", err)
+	if _, err := parseToken(token(long)); !errors.Is(err, errHashedToken) {
+		t.Errorf("parseToken(hashed) err = %v, want errHashedToken", err)
 	}
 }
 
 func TestSubject(t *testing.T) {
-	if got, want := Subject("tide", "todos", "p7"), "tide.change.todos.p7"; got != want {
-		t.Errorf("Subject = %q, want %q", got, want)
+	if got, want := subject("tide", "todos", "p7"), "tide.change.todos.p7"; got != want {
+		t.Errorf("subject = %q, want %q", got, want)
 	}
-	if got, want := Subject("app.tide", "todos", "a.b"), "app.tide.change.todos.a%2Eb"; got != want {
-		t.Errorf("Subject = %q, want %q", got, want)
+	if got, want := subject("app.tide", "todos", "a.b"), "app.tide.change.todos.a%2Eb"; got != want {
+		t.Errorf("subject = %q, want %q", got, want)
 	}
-	if got, want := ResourceSubject("tide", "todos"), "tide.change.todos.*"; got != want {
-		t.Errorf("ResourceSubject = %q, want %q", got, want)
+	if got, want := resourceSubject("tide", "todos"), "tide.change.todos.*"; got != want {
+		t.Errorf("resourceSubject = %q, want %q", got, want)
 	}
 	for _, p := range []string{"tide", "app.tide", "a-b_c.d"} {
 		if err := validPrefix(p); err != nil {
@@ -73,27 +73,41 @@ func TestSubject(t *testing.T) {
 	}
 }
 
+// TestSubjectTenants: tenants are escaped into one subject token each (the
+// examples of the package doc).
+func TestSubjectTenants(t *testing.T) {
+	for _, tc := range []struct{ tenant, want string }{
+		{"p7", "tide.change.todos.p7"},
+		{"acme.com", "tide.change.todos.acme%2Ecom"},
+		{"", "tide.change.todos.%"},
+	} {
+		if got := subject("tide", "todos", tc.tenant); got != tc.want {
+			t.Errorf("subject(%q) = %q, want %q", tc.tenant, got, tc.want)
+		}
+	}
+}
+
 // checkToken asserts that tok is one valid NATS subject token and that it
 // decodes back to in (unless hashed).
 func checkToken(t *testing.T, in, tok string) {
 	t.Helper()
-	if tok == "" || len(tok) > MaxTokenLen {
-		t.Fatalf("Token(%q) = %q: empty or longer than %d", in, tok, MaxTokenLen)
+	if tok == "" || len(tok) > maxTokenLen {
+		t.Fatalf("token(%q) = %q: empty or longer than %d", in, tok, maxTokenLen)
 	}
 	for _, r := range tok {
 		if r > unicode.MaxASCII || r <= ' ' || r == '.' || r == '*' || r == '>' || r == 0x7f {
-			t.Fatalf("Token(%q) = %q holds %q, invalid in a NATS subject token", in, tok, r)
+			t.Fatalf("token(%q) = %q holds %q, invalid in a NATS subject token", in, tok, r)
 		}
 	}
-	back, err := ParseToken(tok)
-	if errors.Is(err, ErrHashedToken) {
-		if len(in) <= MaxTokenLen/3 {
-			t.Fatalf("Token(%q) hashed a short value", in)
+	back, err := parseToken(tok)
+	if errors.Is(err, errHashedToken) {
+		if len(in) <= maxTokenLen/3 {
+			t.Fatalf("token(%q) hashed a short value", in)
 		}
 		return
 	}
 	if err != nil || back != in {
-		t.Fatalf("ParseToken(Token(%q)) = %q, %v", in, back, err)
+		t.Fatalf("parseToken(token(%q)) = %q, %v", in, back, err)
 	}
 }
 
@@ -102,11 +116,11 @@ func FuzzToken(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		checkToken(t, s, Token(s))
+		checkToken(t, s, token(s))
 		// Distinct values that are not hashed get distinct tokens: the
 		// mapping is its own inverse on them.
-		if v, err := ParseToken(s); err == nil && Token(v) != s {
-			t.Fatalf("Token(ParseToken(%q)) = %q", s, Token(v))
+		if v, err := parseToken(s); err == nil && token(v) != s {
+			t.Fatalf("token(parseToken(%q)) = %q", s, token(v))
 		}
 	})
 }

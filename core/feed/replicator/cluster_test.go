@@ -3,6 +3,7 @@ package replicator_test
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -286,7 +288,7 @@ func (c *cluster) streamPositions(ctx context.Context) (feed.Position, []feed.Po
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	s, err := js.Stream(ctx, c.nodes[0].bus.Stream())
+	s, err := js.Stream(ctx, c.nodes[0].bus.StreamConfig().Name)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -301,21 +303,100 @@ func (c *cluster) streamPositions(ctx context.Context) (feed.Position, []feed.Po
 		if err != nil {
 			c.t.Fatalf("stream message %d: %v", seq, err)
 		}
-		meta, ch, err := natsbus.DecodeMessage(m.Header, m.Data)
+		meta, err := decodeStreamMsg(m)
 		if err != nil {
 			c.t.Fatalf("stream message %d: %v", seq, err)
 		}
 		if len(out) == 0 {
-			base = meta.Base
-		} else if meta.Prev != out[len(out)-1] {
-			c.t.Errorf("stream message %d at %d links to %d, but follows %d", seq, meta.Pos, meta.Prev, out[len(out)-1])
+			base = meta.base
+		} else if meta.prev != out[len(out)-1] {
+			c.t.Errorf("stream message %d at %d links to %d, but follows %d", seq, meta.pos, meta.prev, out[len(out)-1])
 		}
-		if want := natsbus.Subject(c.prefix, ch.Resource, ch.Scope[0]); m.Subject != want {
+		if want := c.prefix + ".change." + subjectToken(meta.resource) + "." + subjectToken(meta.tenant); m.Subject != want {
 			c.t.Errorf("stream message %d under %q, want %q", seq, m.Subject, want)
 		}
-		out = append(out, meta.Pos)
+		out = append(out, meta.pos)
 	}
 	return base, out
+}
+
+// streamMsg is what streamPositions checks of a stream message.
+type streamMsg struct {
+	pos, prev, base  feed.Position
+	resource, tenant string
+}
+
+// decodeStreamMsg decodes a stream message by the wire format package
+// natsbus documents, as strictly as natsbus reads it: a valid epoch,
+// positions with base <= prev < pos, and a body that is a change at pos
+// with a resource, an op and, if present, a row that is a JSON object.
+func decodeStreamMsg(m *jetstream.RawStreamMsg) (streamMsg, error) {
+	var out streamMsg
+	epoch := m.Header.Get(natsbus.HeaderEpoch)
+	if len(epoch) == 0 || len(epoch) > 64 || strings.Trim(epoch, plainBytes) != "" {
+		return out, fmt.Errorf("invalid epoch %q", epoch)
+	}
+	for _, h := range []struct {
+		name string
+		dst  *feed.Position
+	}{{natsbus.HeaderPos, &out.pos}, {natsbus.HeaderPrev, &out.prev}, {natsbus.HeaderBase, &out.base}} {
+		v, err := strconv.ParseUint(m.Header.Get(h.name), 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("header %s: %w", h.name, err)
+		}
+		*h.dst = feed.Position(v)
+	}
+	if out.pos == 0 || out.prev >= out.pos || out.base > out.prev {
+		return out, fmt.Errorf("positions: base %d, prev %d, pos %d", out.base, out.prev, out.pos)
+	}
+	var body struct {
+		Pos      uint64          `json:"pos"`
+		Resource string          `json:"resource"`
+		Op       string          `json:"op"`
+		Scope    []string        `json:"scope"`
+		Row      json.RawMessage `json:"row"`
+	}
+	if err := json.Unmarshal(m.Data, &body); err != nil {
+		return out, fmt.Errorf("body: %w", err)
+	}
+	switch {
+	case feed.Position(body.Pos) != out.pos:
+		return out, fmt.Errorf("body at %d, headers at %d", body.Pos, out.pos)
+	case body.Resource == "":
+		return out, fmt.Errorf("body: no resource")
+	case body.Op != "upsert" && body.Op != "delete":
+		return out, fmt.Errorf("body: op %q", body.Op)
+	case len(body.Row) > 0 && !strings.HasPrefix(strings.TrimLeft(string(body.Row), " \t\r\n"), "{"):
+		return out, fmt.Errorf("body: row %s is not an object", body.Row)
+	case len(body.Scope) == 0:
+		return out, fmt.Errorf("body: no scope (items are scoped by tenant)")
+	}
+	out.resource, out.tenant = body.Resource, body.Scope[0]
+	return out, nil
+}
+
+const plainBytes = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+
+// subjectToken escapes a resource or tenant into one subject token as
+// package natsbus documents: plain bytes stay, others are "%XX", "" is "%",
+// and an escaped form over 128 bytes is '#' and 32 hex digits of SHA-256.
+func subjectToken(s string) string {
+	if s == "" {
+		return "%"
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(plainBytes, s[i]) >= 0 {
+			b.WriteByte(s[i])
+		} else {
+			fmt.Fprintf(&b, "%%%02X", s[i])
+		}
+	}
+	if b.Len() > 128 {
+		h := sha256.Sum256([]byte(s))
+		return "#" + hex.EncodeToString(h[:16])
+	}
+	return b.String()
 }
 
 // logPositions returns the change log's positions above after.
