@@ -165,11 +165,11 @@ func (c *Client) Run(ctx context.Context) error {
 			streak = 0
 		}
 		ev.Attempt = attempt
-		ev.Delay = backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+		ev.Delay = protocol.Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
 		attempt++
 		c.log.Info("tide client: connection ended; reconnecting", "err", res.err, "close", res.closeCode, "delay", ev.Delay)
 		c.emit(ev)
-		if !sleepCtx(ctx, ev.Delay) {
+		if !protocol.Sleep(ctx, ev.Delay) {
 			return ctx.Err()
 		}
 	}

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"time"
+
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // The client paces its own frames below the server's frame-rate limit: a
@@ -54,7 +56,7 @@ func (p *pacer) wait(ctx context.Context) error {
 		return nil
 	}
 	d := time.Duration((1 - p.tokens) / p.rate * float64(time.Second))
-	if !sleepCtx(ctx, d) {
+	if !protocol.Sleep(ctx, d) {
 		return ctx.Err()
 	}
 	p.tokens, p.last = 0, now.Add(d)

@@ -441,7 +441,7 @@ func (s *session) retryLater(st *scopeState) {
 	if c.sess != s || !s.ready {
 		return // the next connection subscribes it
 	}
-	d := backoff(st.retries, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	d := protocol.Backoff(st.retries, c.cfg.MinBackoff, c.cfg.MaxBackoff)
 	st.retries++
 	s.wg.Add(1)
 	s.timers = append(s.timers, time.AfterFunc(d, func() {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/memfeed"
-	"github.com/tidesync/tide/core/internal/backoff"
 	"github.com/tidesync/tide/core/protocol"
 )
 
@@ -164,7 +163,7 @@ func (e *Engine) awaitReady(ctx context.Context) error {
 // (capped at 5 s). It reports false if ctx ended.
 func (e *Engine) backoff(ctx context.Context, attempt int, what string, err error) bool {
 	e.cfg.Logger.Error("tide: feed "+what+" failed; retrying", "err", err, "attempt", attempt)
-	return backoff.Sleep(ctx, backoff.Jitter(attempt, 50*time.Millisecond, 5*time.Second))
+	return protocol.Sleep(ctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second))
 }
 
 // Draining reports whether Shutdown has begun.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/backoff"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Defaults of Config.
@@ -366,7 +366,7 @@ func (r *Replicator) run() {
 		}
 		r.setRole(RoleStandby, false, "lost the lock; waiting before trying again", 0)
 		// Let a standby take over: they retry at least every MaxBackoff.
-		if !backoff.Sleep(ctx, r.cfg.MaxBackoff+backoff.Jitter(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
+		if !protocol.Sleep(ctx, r.cfg.MaxBackoff+protocol.Backoff(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
 			return
 		}
 	}
@@ -398,7 +398,7 @@ func closeConn(c *pgx.Conn) {
 }
 
 func (r *Replicator) sleep(ctx context.Context, attempt int) bool {
-	return backoff.Sleep(ctx, backoff.Jitter(attempt, r.cfg.MinBackoff, r.cfg.MaxBackoff))
+	return protocol.Sleep(ctx, protocol.Backoff(attempt, r.cfg.MinBackoff, r.cfg.MaxBackoff))
 }
 
 // lead runs one term: it keeps checking the lock connection, prunes, and
@@ -467,7 +467,7 @@ func (r *Replicator) prune(ctx context.Context) {
 		case ctx.Err() == nil:
 			r.log.Error("replicator: prune failed", "err", err)
 		}
-		if !backoff.Sleep(ctx, r.cfg.PruneInterval) {
+		if !protocol.Sleep(ctx, r.cfg.PruneInterval) {
 			return
 		}
 	}
