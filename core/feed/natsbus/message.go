@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Message headers, part of the stream's wire format (see the package doc)
@@ -121,27 +122,13 @@ func decodeMeta(h nats.Header) (msgMeta, error) {
 }
 
 func (m msgMeta) check() error {
-	if !validEpoch(m.Epoch) {
+	if !protocol.ValidEpoch(m.Epoch) {
 		return fmt.Errorf("natsbus: invalid epoch %q", m.Epoch)
 	}
 	if m.Pos == 0 || m.Prev >= m.Pos || m.Base > m.Prev {
 		return fmt.Errorf("natsbus: inconsistent positions: base %d, prev %d, pos %d (want base <= prev < pos)", m.Base, m.Prev, m.Pos)
 	}
 	return nil
-}
-
-// validEpoch mirrors core's rule for feed epochs: 1 to 64 ASCII letters,
-// digits, '-' or '_'.
-func validEpoch(e string) bool {
-	if e == "" || len(e) > 64 {
-		return false
-	}
-	for i := 0; i < len(e); i++ {
-		if !plain(e[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 var errNotObject = errors.New("row is not a JSON object")

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // The publisher side, used by the one elected replicator.
@@ -39,7 +40,7 @@ var ErrFenced = errors.New("natsbus: the stream moved under this publisher (anot
 // changes after the last published one), it starts a new chain after head
 // and returns head; nodes whose knowledge is older resync from Postgres.
 func (b *Bus) Resume(ctx context.Context, epoch string, head feed.Position, fresh bool) (feed.Position, error) {
-	if !validEpoch(epoch) {
+	if !protocol.ValidEpoch(epoch) {
 		return 0, fmt.Errorf("natsbus: Resume: invalid epoch %q", epoch)
 	}
 	b.pubMu.Lock()
