@@ -142,8 +142,9 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 			return f, fmt.Errorf("%w: caught-up needs id and cursor", ErrBadServerFrame)
 		}
 	case FrameReset:
-		if f.ID == "" {
-			return f, fmt.Errorf("%w: reset without id", ErrBadServerFrame)
+		// A polling response's reset has no id: the request named the scope.
+		if f.Reason == "" {
+			return f, fmt.Errorf("%w: reset without reason", ErrBadServerFrame)
 		}
 	case FrameError:
 		if f.Code == "" {

@@ -134,6 +134,7 @@ func TestEncodedFramesAreValidJSON(t *testing.T) {
 		Welcome(weird, Limits{MaxFrameBytes: 1, MaxSubscriptions: 2}),
 		CaughtUp(weird, weird),
 		Reset(weird, ResetReason(weird)),
+		Reset("", ResetCursorExpired), // the polling form
 		ErrorFrame(weird, &Error{Code: CodeForbidden, Message: weird}),
 		ErrorFrame("", &Error{Code: CodeForbidden, Message: weird}),
 		UpdateAvailable(weird),
