@@ -144,6 +144,15 @@ func (c *Conn) For(t TB) *Conn {
 	return &d
 }
 
+// Timeout returns a Conn on the same connection whose reads are bounded by
+// d instead; zero or less removes the bound, for a reader that waits on its
+// own goroutine for as long as the connection lives.
+func (c *Conn) Timeout(d time.Duration) *Conn {
+	e := *c
+	e.timeout = d
+	return &e
+}
+
 // WebSocket returns the underlying connection, for what the protocol's
 // frames cannot express (ping handlers, binary messages, raw reads in a
 // benchmark loop). Reads and writes on it bypass the Conn.
@@ -216,12 +225,16 @@ func (c *Conn) Subscribe(id, resource string, conditions map[string]any) {
 // SubscribeFrom is Subscribe with a cursor, to resume ("" for none).
 func (c *Conn) SubscribeFrom(id, resource string, conditions map[string]any, cursor string) {
 	c.t.Helper()
-	f := map[string]any{"v": protocol.Version, "type": protocol.FrameSubscribe, "id": id, "resource": resource}
+	f := protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameSubscribe, ID: id, Resource: resource, Cursor: cursor}
 	if conditions != nil {
-		f["conditions"] = conditions
-	}
-	if cursor != "" {
-		f["cursor"] = cursor
+		f.Conditions = make(map[string]json.RawMessage, len(conditions))
+		for k, v := range conditions {
+			b, err := json.Marshal(v)
+			if err != nil {
+				c.t.Fatalf("tidetest: encode condition %s: %v", k, err)
+			}
+			f.Conditions[k] = b
+		}
 	}
 	c.Send(f)
 }
