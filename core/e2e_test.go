@@ -126,7 +126,7 @@ func (c *wsClient) collect(id string) ([]protocol.Entry, string) {
 	return c.Collect(id)
 }
 
-// p7 and friends are the conditions of one project's scope.
+// project returns the conditions of one project's scope.
 func project(id string) map[string]any { return map[string]any{"project_id": id} }
 
 func keys(entries []protocol.Entry) string {
