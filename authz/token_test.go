@@ -7,38 +7,23 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/tidetest"
 )
 
-// clock is a settable time source for keyrings.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+// newClock returns a fake clock for keyrings, at a fixed time.
+func newClock() *tidetest.Clock {
+	return tidetest.NewClock(time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC))
 }
 
 func testKey(id string, fill byte) authz.Key {
 	return authz.Key{ID: id, Secret: bytes.Repeat([]byte{fill}, 32)}
 }
 
-func newKeyring(t testing.TB, clk *clock, current authz.Key, previous ...authz.Key) *authz.Keyring {
+func newKeyring(t testing.TB, clk *tidetest.Clock, current authz.Key, previous ...authz.Key) *authz.Keyring {
 	t.Helper()
 	kr, err := authz.NewKeyring(authz.KeyringConfig{Current: current, Previous: previous, Now: clk.Now})
 	if err != nil {

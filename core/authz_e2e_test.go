@@ -11,75 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/middleware"
 )
-
-// fakeClock is a core.Clock (and a keyring's Now) that moves only when a
-// test advances it; timers due by then run, in order, before Advance
-// returns.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	at   time.Time
-	f    func()
-	done bool
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		stopped := !t.done
-		t.done = true
-		return stopped
-	}
-}
-
-// Advance moves the clock by d and runs the timers that are due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*fakeTimer
-	live := c.timers[:0]
-	for _, t := range c.timers {
-		switch {
-		case t.done:
-		case !t.at.After(c.now):
-			t.done = true
-			due = append(due, t)
-		default:
-			live = append(live, t)
-		}
-	}
-	c.timers = live
-	c.mu.Unlock()
-	for _, t := range due {
-		t.f()
-	}
-}
 
 // authEnv is an engine that takes channel tokens, on a fake clock, behind
 // the middleware on loopback. Cookie-style principals come from the X-User
@@ -87,14 +24,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 type authEnv struct {
 	e     *core.Engine
 	kr    *authz.Keyring
-	clock *fakeClock
+	clock *tidetest.Clock
 	todos *core.Table[todo]
 	url   string
 }
 
 func newAuthEnv(t *testing.T, res core.Resource[todo]) *authEnv {
 	t.Helper()
-	clk := newFakeClock()
+	clk := tidetest.NewClock(time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC))
 	kr, err := authz.NewKeyring(authz.KeyringConfig{Current: authz.Key{ID: "k1", Secret: bytes.Repeat([]byte{1}, 32)}, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -134,57 +71,14 @@ func (a *authEnv) mint(t *testing.T, p authz.Principal, ttl time.Duration) strin
 // dial opens a connection; user, if set, is the cookie principal.
 func (a *authEnv) dial(t *testing.T, user string, projects ...string) *wsClient {
 	t.Helper()
-	h := map[string][]string{}
-	if user != "" {
-		h["X-User"] = []string{user}
-		h["X-Projects"] = []string{strings.Join(projects, ",")}
-	}
-	ws, _, err := websocket.DefaultDialer.Dial(a.url, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ws.Close() })
-	return &wsClient{t: t, ws: ws}
+	return dialAt(t, a.url, user, projects...)
 }
 
+// helloToken says hello with a channel token; it does not wait for the
+// answer.
 func (c *wsClient) helloToken(tok string) {
 	c.t.Helper()
-	b, _ := json.Marshal(tok)
-	c.send(`{"v":1,"type":"hello","token":` + string(b) + `}`)
-}
-
-func (c *wsClient) subscribe(id, project string) {
-	c.t.Helper()
-	c.send(`{"v":1,"type":"subscribe","id":"` + id + `","resource":"todos","conditions":{"project_id":"` + project + `"}}`)
-}
-
-// probe proves the server handled every frame sent so far and queued
-// nothing else meanwhile: the next frame is the answer to an unsubscribe of
-// an id never used.
-func (c *wsClient) probe() {
-	c.t.Helper()
-	c.send(`{"v":1,"type":"unsubscribe","id":"probe"}`)
-	if f := c.expect(protocol.FrameError); f.Code != protocol.CodeUnknownSub || f.ID != "probe" {
-		c.t.Fatalf("probe answered by %+v", f)
-	}
-}
-
-// expectClose reads an error frame with code, then a close with closeCode.
-func (c *wsClient) expectClose(code protocol.Code, closeCode protocol.CloseCode) protocol.ServerFrame {
-	c.t.Helper()
-	f := c.expect(protocol.FrameError)
-	if f.Code != code || f.ID != "" {
-		c.t.Fatalf("error %+v, want connection-level %s", f, code)
-	}
-	_ = c.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
-	_, data, err := c.ws.ReadMessage()
-	if err == nil {
-		c.t.Fatalf("after the error: %s", data)
-	}
-	if !websocket.IsCloseError(err, int(closeCode)) {
-		c.t.Fatalf("want close %d, got %v", closeCode, err)
-	}
-	return f
+	c.Send(tidetest.HelloFrame(protocol.ClientFrame{Token: tok}))
 }
 
 var projects = authz.RequireClaim("project_id", "projects")
@@ -225,7 +119,7 @@ func TestHelloTokens(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := a.dial(t, "cookie-user", "p7")
 			c.helloToken(tt.token)
-			f := c.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
+			f := c.ExpectErrorClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 			if !strings.Contains(f.Message, string(tt.reason)) {
 				t.Fatalf("message %q does not name %s", f.Message, tt.reason)
 			}
@@ -234,40 +128,36 @@ func TestHelloTokens(t *testing.T) {
 	t.Run("beyond the protocol's token limit", func(t *testing.T) {
 		c := a.dial(t, "")
 		c.helloToken(strings.Repeat("A", 9000))
-		c.expectClose(protocol.CodeBadFrame, protocol.ClosePolicy)
+		c.ExpectErrorClose(protocol.CodeBadFrame, protocol.ClosePolicy)
 	})
 
 	_ = a.todos.Upsert(context.Background(), todo{"t1", "p7", "a", false}, todo{"t2", "p8", "b", false})
 	t.Run("valid", func(t *testing.T) {
 		c := a.dial(t, "") // no cookie: the token alone identifies the caller
 		c.helloToken(valid)
-		c.expect(protocol.FrameWelcome)
-		c.subscribe("s7", "p7")
-		if got, _ := c.collect("s7"); keys(got) != "u:t1" {
+		c.Expect(protocol.FrameWelcome)
+		c.Subscribe("s7", "todos", project("p7"))
+		if got, _ := c.Collect("s7"); keys(got) != "u:t1" {
 			t.Fatalf("got %s", keys(got))
 		}
-		c.subscribe("s9", "p9")
-		if f := c.expect(protocol.FrameError); f.ID != "s9" || f.Code != protocol.CodeForbidden {
-			t.Fatalf("outside the claims: %+v", f)
-		}
+		c.Subscribe("s9", "todos", project("p9"))
+		c.ExpectErrorFor("s9", protocol.CodeForbidden)
 	})
 	t.Run("token for another scope", func(t *testing.T) {
 		p := alice("p7", "p8")
 		p.Grants = []authz.Grant{{Resource: "todos", Conditions: map[string][]string{"project_id": {"p7"}}}}
 		c := a.dial(t, "")
 		c.helloToken(a.mint(t, p, time.Minute))
-		c.expect(protocol.FrameWelcome)
-		c.subscribe("s8", "p8") // the claims allow it, the token does not
-		f := c.expect(protocol.FrameError)
+		c.Expect(protocol.FrameWelcome)
+		c.Subscribe("s8", "todos", project("p8")) // the claims allow it, the token does not
+		f := c.Expect(protocol.FrameError)
 		if f.ID != "s8" || f.Code != protocol.CodeForbidden || !strings.Contains(f.Message, string(authz.CodeScopeNotAllowed)) {
 			t.Fatalf("got %+v", f)
 		}
-		c.send(`{"v":1,"type":"subscribe","id":"all","resource":"todos"}`)
-		if f := c.expect(protocol.FrameError); f.ID != "all" || f.Code != protocol.CodeForbidden {
-			t.Fatalf("whole resource: %+v", f)
-		}
-		c.subscribe("s7", "p7")
-		if got, _ := c.collect("s7"); keys(got) != "u:t1" {
+		c.Subscribe("all", "todos", nil)
+		c.ExpectErrorFor("all", protocol.CodeForbidden)
+		c.Subscribe("s7", "todos", project("p7"))
+		if got, _ := c.Collect("s7"); keys(got) != "u:t1" {
 			t.Fatalf("got %s", keys(got))
 		}
 	})
@@ -275,7 +165,7 @@ func TestHelloTokens(t *testing.T) {
 		s := newServer(t, core.Config{})
 		c := s.dial(t, "u1", "p7")
 		c.helloToken(valid)
-		c.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
+		c.ExpectErrorClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 	})
 }
 
@@ -286,35 +176,34 @@ func TestTokenRefresh(t *testing.T) {
 	a := newAuthEnv(t, core.Resource[todo]{Authorize: projects})
 	c := a.dial(t, "")
 	c.helloToken(a.mint(t, alice("p7"), 60*time.Second))
-	c.expect(protocol.FrameWelcome)
-	c.subscribe("s", "p7")
-	c.collect("s")
+	c.Expect(protocol.FrameWelcome)
+	c.Subscribe("s", "todos", project("p7"))
+	c.Collect("s")
 
 	a.clock.Advance(29 * time.Second)
-	c.probe() // nothing yet: the request comes 30 s before expiry
+	c.Probe() // nothing yet: the request comes 30 s before expiry
 	a.clock.Advance(time.Second)
-	if f := c.expect(protocol.FrameRefreshToken); f.ExpiresIn != 30 {
+	if f := c.Expect(protocol.FrameRefreshToken); f.ExpiresIn != 30 {
 		t.Fatalf("refresh-token %+v", f)
 	}
-	b, _ := json.Marshal(a.mint(t, alice("p7"), 120*time.Second)) // expires at 150 s
-	c.send(`{"v":1,"type":"refresh","token":` + string(b) + `}`)
-	c.probe()
+	c.Refresh(a.mint(t, alice("p7"), 120*time.Second)) // expires at 150 s
+	c.Probe()
 
 	a.clock.Advance(31 * time.Second) // 61 s: past the first token's expiry
-	c.probe()
+	c.Probe()
 	_ = a.todos.Upsert(context.Background(), todo{"t1", "p7", "live", false})
-	if f := c.expect(protocol.FrameChanges); keys(f.Entries) != "u:t1" {
+	if f := c.Expect(protocol.FrameChanges); keys(f.Entries) != "u:t1" {
 		t.Fatalf("after the old expiry: %+v", f)
 	}
 
 	a.clock.Advance(59 * time.Second) // 120 s: 30 s before the new expiry
-	if f := c.expect(protocol.FrameRefreshToken); f.ExpiresIn != 30 {
+	if f := c.Expect(protocol.FrameRefreshToken); f.ExpiresIn != 30 {
 		t.Fatalf("second refresh-token %+v", f)
 	}
 	a.clock.Advance(29 * time.Second)
-	c.probe()
+	c.Probe()
 	a.clock.Advance(time.Second) // 150 s, not refreshed
-	f := c.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
+	f := c.ExpectErrorClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 	if !strings.Contains(f.Message, "expired") {
 		t.Fatalf("message %q", f.Message)
 	}
@@ -333,18 +222,16 @@ func TestRefreshRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := a.dial(t, "")
 			c.helloToken(a.mint(t, alice("p7"), time.Minute))
-			c.expect(protocol.FrameWelcome)
-			b, _ := json.Marshal(tt.token)
-			c.send(`{"v":1,"type":"refresh","token":` + string(b) + `}`)
-			c.expectClose(tt.code, protocol.ClosePolicy)
+			c.Expect(protocol.FrameWelcome)
+			c.Refresh(tt.token)
+			c.ExpectErrorClose(tt.code, protocol.ClosePolicy)
 		})
 	}
 	t.Run("cookie principal refreshes to a token of its own", func(t *testing.T) {
 		c := a.dial(t, "alice", "p7")
 		c.hello()
-		b, _ := json.Marshal(a.mint(t, alice("p7"), time.Minute))
-		c.send(`{"v":1,"type":"refresh","token":` + string(b) + `}`)
-		c.probe()
+		c.Refresh(a.mint(t, alice("p7"), time.Minute))
+		c.Probe()
 	})
 }
 
@@ -359,18 +246,15 @@ func TestRefreshNarrowsGrants(t *testing.T) {
 	}
 	c := a.dial(t, "")
 	c.helloToken(a.mint(t, grant("p7", "p8"), time.Minute))
-	c.expect(protocol.FrameWelcome)
-	c.subscribe("s7", "p7")
-	c.collect("s7")
-	c.subscribe("s8", "p8")
-	c.collect("s8")
-	b, _ := json.Marshal(a.mint(t, grant("p7"), time.Minute))
-	c.send(`{"v":1,"type":"refresh","token":` + string(b) + `}`)
-	if f := c.expect(protocol.FrameError); f.ID != "s8" || f.Code != protocol.CodeForbidden {
-		t.Fatalf("got %+v", f)
-	}
+	c.Expect(protocol.FrameWelcome)
+	c.Subscribe("s7", "todos", project("p7"))
+	c.Collect("s7")
+	c.Subscribe("s8", "todos", project("p8"))
+	c.Collect("s8")
+	c.Refresh(a.mint(t, grant("p7"), time.Minute))
+	c.ExpectErrorFor("s8", protocol.CodeForbidden)
 	_ = a.todos.Upsert(context.Background(), todo{"x", "p8", "hidden", false}, todo{"y", "p7", "seen", false})
-	if f := c.expect(protocol.FrameChanges); f.ID != "s7" || keys(f.Entries) != "u:y" {
+	if f := c.Expect(protocol.FrameChanges); f.ID != "s7" || keys(f.Entries) != "u:y" {
 		t.Fatalf("got %+v", f)
 	}
 }
@@ -382,31 +266,31 @@ func TestRevoke(t *testing.T) {
 	tok := a.mint(t, alice("p7"), 10*time.Minute)
 	viaToken := a.dial(t, "")
 	viaToken.helloToken(tok)
-	viaToken.expect(protocol.FrameWelcome)
+	viaToken.Expect(protocol.FrameWelcome)
 	viaCookie := a.dial(t, "alice", "p7")
 	viaCookie.hello()
 	bob := a.dial(t, "bob", "p7")
 	bob.hello()
 	for _, c := range []*wsClient{viaToken, viaCookie, bob} {
-		c.subscribe("s", "p7")
-		c.collect("s")
+		c.Subscribe("s", "todos", project("p7"))
+		c.Collect("s")
 	}
 	if n := a.e.Revoke("alice"); n != 2 {
 		t.Fatalf("Revoke ended %d connections, want 2", n)
 	}
 	_ = a.todos.Upsert(context.Background(), todo{"t1", "p7", "after", false})
 	for _, c := range []*wsClient{viaToken, viaCookie} {
-		f := c.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
+		f := c.ExpectErrorClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 		if !strings.Contains(f.Message, "revoked") {
 			t.Fatalf("message %q", f.Message)
 		}
 	}
-	if f := bob.expect(protocol.FrameChanges); keys(f.Entries) != "u:t1" {
+	if f := bob.Expect(protocol.FrameChanges); keys(f.Entries) != "u:t1" {
 		t.Fatalf("bob got %+v", f)
 	}
 	again := a.dial(t, "")
 	again.helloToken(tok)
-	f := again.expectClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
+	f := again.ExpectErrorClose(protocol.CodeUnauthenticated, protocol.ClosePolicy)
 	if !strings.Contains(f.Message, string(authz.CodeTokenRevoked)) {
 		t.Fatalf("message %q", f.Message)
 	}
@@ -437,10 +321,10 @@ func TestReauthorize(t *testing.T) {
 	a := newAuthEnv(t, core.Resource[todo]{Authorize: authz.All(authz.RequireConditions("project_id"), membership)})
 	c := a.dial(t, "alice")
 	c.hello()
-	c.subscribe("s7", "p7")
-	c.collect("s7")
-	c.subscribe("s8", "p8")
-	c.collect("s8")
+	c.Subscribe("s7", "todos", project("p7"))
+	c.Collect("s7")
+	c.Subscribe("s8", "todos", project("p8"))
+	c.Collect("s8")
 
 	if n, err := a.e.Reauthorize(context.Background(), "alice"); n != 0 || err != nil {
 		t.Fatalf("nothing changed, yet Reauthorize ended %d (%v)", n, err)
@@ -451,11 +335,9 @@ func TestReauthorize(t *testing.T) {
 	if n, err := a.e.Reauthorize(context.Background(), "alice"); n != 1 || err != nil {
 		t.Fatalf("Reauthorize ended %d (%v), want 1", n, err)
 	}
-	if f := c.expect(protocol.FrameError); f.ID != "s8" || f.Code != protocol.CodeForbidden {
-		t.Fatalf("got %+v", f)
-	}
+	c.ExpectErrorFor("s8", protocol.CodeForbidden)
 	_ = a.todos.Upsert(context.Background(), todo{"x", "p8", "no longer", false}, todo{"y", "p7", "still", false})
-	if f := c.expect(protocol.FrameChanges); f.ID != "s7" || keys(f.Entries) != "u:y" {
+	if f := c.Expect(protocol.FrameChanges); f.ID != "s7" || keys(f.Entries) != "u:y" {
 		t.Fatalf("got %+v", f)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -463,7 +345,7 @@ func TestReauthorize(t *testing.T) {
 	if _, err := a.e.Reauthorize(ctx, "alice"); err == nil {
 		t.Fatal("a cancelled Reauthorize reported success")
 	}
-	c.probe() // the cancelled check ended nothing
+	c.Probe() // the cancelled check ended nothing
 }
 
 // ownTodo is a row with an owner and a privacy flag, for row filters.
@@ -502,8 +384,8 @@ func TestRowFilter(t *testing.T) {
 	up(ownTodo{"a", "p7", "alice", false}, ownTodo{"b", "p7", "bob", true}, ownTodo{"c", "p7", "alice", true})
 	c := s.dial(t, "alice", "p7")
 	c.hello()
-	c.subscribe("s", "p7")
-	snap, cursor := c.collect("s")
+	c.Subscribe("s", "todos", project("p7"))
+	snap, cursor := c.Collect("s")
 	if got := keys(snap); got != "u:a u:c" {
 		t.Fatalf("snapshot %s", got)
 	}
@@ -517,7 +399,7 @@ func TestRowFilter(t *testing.T) {
 	want := "d:a u:b d:d d:c"
 	var live []protocol.Entry
 	for len(live) < 4 {
-		live = append(live, c.expect(protocol.FrameChanges).Entries...)
+		live = append(live, c.Expect(protocol.FrameChanges).Entries...)
 	}
 	if got := keys(live); got != want {
 		t.Fatalf("live %s, want %s", got, want)
@@ -531,14 +413,14 @@ func TestRowFilter(t *testing.T) {
 	// shows what he may see.
 	r := s.dial(t, "alice", "p7")
 	r.hello()
-	r.send(`{"v":1,"type":"subscribe","id":"r","resource":"todos","conditions":{"project_id":"p7"},"cursor":"` + cursor + `"}`)
-	if got, _ := r.collect("r"); keys(got) != want {
+	r.SubscribeFrom("r", "todos", project("p7"), cursor)
+	if got, _ := r.Collect("r"); keys(got) != want {
 		t.Fatalf("replay %s, want %s", keys(got), want)
 	}
 	b := s.dial(t, "bob", "p7")
 	b.hello()
-	b.subscribe("s", "p7")
-	if got, _ := b.collect("s"); keys(got) != "u:b u:d" {
+	b.Subscribe("s", "todos", project("p7"))
+	if got, _ := b.Collect("s"); keys(got) != "u:b u:d" {
 		t.Fatalf("bob's snapshot %s", keys(got))
 	}
 	// Polling goes through the same filter.
@@ -613,8 +495,8 @@ func TestConditionsValidatedBeforePolicy(t *testing.T) {
 		{`{"org":{"in":["a","b","c","d","e","f"]}}`, protocol.CodeTooManyConditions},
 	} {
 		id := fmt.Sprintf("c%d", i)
-		c.send(`{"v":1,"type":"subscribe","id":"` + id + `","resource":"items","conditions":` + tt.conds + `}`)
-		if f := c.expect(protocol.FrameError); f.ID != id || f.Code != tt.code {
+		c.Send(`{"v":1,"type":"subscribe","id":"` + id + `","resource":"items","conditions":` + tt.conds + `}`)
+		if f := c.Expect(protocol.FrameError); f.ID != id || f.Code != tt.code {
 			t.Errorf("%s: got %+v, want %s", tt.conds, f, tt.code)
 		}
 	}
@@ -623,8 +505,8 @@ func TestConditionsValidatedBeforePolicy(t *testing.T) {
 		t.Fatalf("the policy ran for invalid conditions: %v", seen)
 	}
 	mu.Unlock()
-	c.send(`{"v":1,"type":"subscribe","id":"ok","resource":"items","conditions":{"org":{"in":["b","a","b"]},"team":"9007199254740993","open":false}}`)
-	c.collect("ok")
+	c.Send(`{"v":1,"type":"subscribe","id":"ok","resource":"items","conditions":{"org":{"in":["b","a","b"]},"team":"9007199254740993","open":false}}`)
+	c.Collect("ok")
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[string][]string{"org": {"a", "b"}, "team": {"9007199254740993"}, "open": {"false"}}

@@ -17,11 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -455,7 +454,7 @@ type propSub struct {
 // propConn is one WebSocket connection and its reader.
 type propConn struct {
 	w     *propWorld
-	ws    *websocket.Conn
+	ws    *tidetest.Conn
 	mu    sync.Mutex
 	subs  map[string]*propSub
 	fence int64
@@ -600,11 +599,7 @@ func (w *propWorld) connect(pp propPrincipal, cookie bool) (*propConn, authz.Pri
 		}{p.ID, p.Claims})
 		h.Set("X-Principal", string(b))
 	}
-	ws, _, err := websocket.DefaultDialer.Dial(w.url, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &propConn{w: w, ws: ws, subs: map[string]*propSub{}, fseen: make(chan struct{}), done: make(chan struct{})}
+	c := &propConn{w: w, ws: tidetest.Dial(t, w.url, tidetest.WithHeaders(h)), subs: map[string]*propSub{}, fseen: make(chan struct{}), done: make(chan struct{})}
 	hello := map[string]any{"v": 1, "type": "hello"}
 	if useToken {
 		tp := p
@@ -621,28 +616,14 @@ func (w *propWorld) connect(pp propPrincipal, cookie bool) (*propConn, authz.Pri
 		}
 		p = parsed.Principal
 	}
-	w.write(c, hello)
-	_ = ws.SetReadDeadline(time.Now().Add(60 * time.Second))
-	_, data, err := ws.ReadMessage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f, err := protocol.DecodeServerFrame(data); err != nil || f.Type != protocol.FrameWelcome {
-		t.Fatalf("hello answered by %s", data)
-	}
+	c.ws.Send(hello)
+	c.ws.Expect(protocol.FrameWelcome)
 	w.mu.Lock()
 	w.conns = append(w.conns, c)
 	w.mu.Unlock()
 	go c.read()
-	w.write(c, map[string]any{"v": 1, "type": "subscribe", "id": "fence", "resource": "fence"})
+	c.ws.Send(map[string]any{"v": 1, "type": "subscribe", "id": "fence", "resource": "fence"})
 	return c, p, grants
-}
-
-func (w *propWorld) write(c *propConn, frame map[string]any) {
-	b, _ := json.Marshal(frame)
-	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
-		w.t.Fatal(err)
-	}
 }
 
 // subscribe adds a subscription on c, with the client's stored copy and
@@ -674,7 +655,7 @@ func (w *propWorld) subscribe(c *propConn, pp propPrincipal, p authz.Principal, 
 	if cursor != "" {
 		frame["cursor"] = cursor
 	}
-	w.write(c, frame)
+	c.ws.Send(frame)
 	return s
 }
 
@@ -682,14 +663,14 @@ func (w *propWorld) subscribe(c *propConn, pp propPrincipal, p authz.Principal, 
 func (c *propConn) read() {
 	defer close(c.done)
 	w := c.w
+	ws := c.ws.Timeout(0) // reads until the connection ends
 	for {
-		_, data, err := c.ws.ReadMessage()
-		if err != nil {
+		f, data, err := ws.ReadFrame()
+		if err != nil && data == nil {
 			return
 		}
-		f, err := protocol.DecodeServerFrame(data)
 		if err != nil {
-			w.fail("undecodable frame %s: %v", data, err)
+			w.fail("%v", err)
 			continue
 		}
 		c.mu.Lock()
@@ -932,11 +913,7 @@ func (w *propWorld) connectAs(s *propSub) (*propConn, authz.Principal, []authz.G
 		}{s.p.ID, s.p.Claims})
 		h.Set("X-Principal", string(b))
 	}
-	ws, _, err := websocket.DefaultDialer.Dial(w.url, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &propConn{w: w, ws: ws, subs: map[string]*propSub{}, fseen: make(chan struct{}), done: make(chan struct{})}
+	c := &propConn{w: w, ws: tidetest.Dial(t, w.url, tidetest.WithHeaders(h)), subs: map[string]*propSub{}, fseen: make(chan struct{}), done: make(chan struct{})}
 	hello := map[string]any{"v": 1, "type": "hello"}
 	if len(s.grants) > 0 {
 		tp := s.p
@@ -947,16 +924,13 @@ func (w *propWorld) connectAs(s *propSub) (*propConn, authz.Principal, []authz.G
 		}
 		hello["token"] = tok
 	}
-	w.write(c, hello)
-	_ = ws.SetReadDeadline(time.Now().Add(60 * time.Second))
-	if _, data, err := ws.ReadMessage(); err != nil || !strings.Contains(string(data), `"welcome"`) {
-		t.Fatalf("hello answered by %s (%v)", data, err)
-	}
+	c.ws.Send(hello)
+	c.ws.Expect(protocol.FrameWelcome)
 	w.mu.Lock()
 	w.conns = append(w.conns, c)
 	w.mu.Unlock()
 	go c.read()
-	w.write(c, map[string]any{"v": 1, "type": "subscribe", "id": "fence", "resource": "fence"})
+	c.ws.Send(map[string]any{"v": 1, "type": "subscribe", "id": "fence", "resource": "fence"})
 	return c, s.p, s.grants
 }
 

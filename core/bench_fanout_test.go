@@ -15,6 +15,8 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -46,22 +48,11 @@ func benchFanout(b *testing.B, subs int) {
 	var wg sync.WaitGroup
 	conns := make([]*websocket.Conn, subs)
 	for i := range conns {
-		c, _, err := websocket.DefaultDialer.Dial(url, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		conns[i] = c
-		c.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"hello"}`))
-		c.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p"}}`))
-		for {
-			_, data, err := c.ReadMessage()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if bytes.Contains(data, []byte(`"caught-up"`)) {
-				break
-			}
-		}
+		c := tidetest.Dial(b, url)
+		c.Hello(protocol.ClientFrame{})
+		c.Subscribe("s", "todos", map[string]any{"project_id": "p"})
+		c.Collect("s")
+		conns[i] = c.WebSocket() // the loop below reads raw, to measure the server alone
 	}
 	opMarker := []byte(`{"op":`)
 	for _, c := range conns {

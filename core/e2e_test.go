@@ -14,6 +14,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -78,84 +79,55 @@ func newServer(t *testing.T, cfg core.Config) *server {
 	return &server{e: e, todos: todos, url: "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"}
 }
 
+// wsClient is a tidetest.Conn on a server of these tests. Its lower-case
+// methods are the names robust_test.go still calls, and its ws field the
+// socket that file reads raw; the other tests use the Conn's own methods.
 type wsClient struct {
+	*tidetest.Conn
 	t  *testing.T
 	ws *websocket.Conn
 }
 
+// dialAt opens a connection to url; user, if set, is the cookie principal
+// (headerPrincipal), member of projects.
+func dialAt(t *testing.T, url, user string, projects ...string) *wsClient {
+	t.Helper()
+	var opts []tidetest.Option
+	if user != "" {
+		opts = append(opts, tidetest.WithHeader("X-User", user), tidetest.WithHeader("X-Projects", strings.Join(projects, ",")))
+	}
+	c := tidetest.Dial(t, url, opts...)
+	return &wsClient{Conn: c, t: t, ws: c.WebSocket()}
+}
+
 func (s *server) dial(t *testing.T, user string, projects ...string) *wsClient {
 	t.Helper()
-	h := map[string][]string{}
-	if user != "" {
-		h["X-User"] = []string{user}
-		h["X-Projects"] = []string{strings.Join(projects, ",")}
-	}
-	ws, _, err := websocket.DefaultDialer.Dial(s.url, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ws.Close() })
-	return &wsClient{t: t, ws: ws}
+	return dialAt(t, s.url, user, projects...)
+}
+
+// hello says hello as these tests' client build, and expects welcome.
+func (c *wsClient) hello() {
+	c.t.Helper()
+	c.Hello(protocol.ClientFrame{Build: "test", Origin: "me"})
 }
 
 func (c *wsClient) send(frame string) {
 	c.t.Helper()
-	if err := c.ws.WriteMessage(websocket.TextMessage, []byte(frame)); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-// next reads one frame. The deadline only bounds a broken test; it is not an
-// assertion about speed.
-func (c *wsClient) next() protocol.ServerFrame {
-	c.t.Helper()
-	_ = c.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
-	_, data, err := c.ws.ReadMessage()
-	if err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	f, err := protocol.DecodeServerFrame(data)
-	if err != nil {
-		c.t.Fatalf("decode %s: %v", data, err)
-	}
-	return f
+	c.Send(frame)
 }
 
 func (c *wsClient) expect(typ string) protocol.ServerFrame {
 	c.t.Helper()
-	f := c.next()
-	if f.Type != typ {
-		c.t.Fatalf("got %s frame %+v, want %s", f.Type, f, typ)
-	}
-	return f
+	return c.Expect(typ)
 }
 
-func (c *wsClient) hello() {
-	c.t.Helper()
-	c.send(`{"v":1,"type":"hello","build":"test","origin":"me"}`)
-	c.expect(protocol.FrameWelcome)
-}
-
-// collect reads changes frames until caught-up and returns their entries and
-// the caught-up cursor.
 func (c *wsClient) collect(id string) ([]protocol.Entry, string) {
 	c.t.Helper()
-	var entries []protocol.Entry
-	for {
-		f := c.next()
-		if f.ID != id {
-			c.t.Fatalf("frame for %q, want %q: %+v", f.ID, id, f)
-		}
-		switch f.Type {
-		case protocol.FrameChanges:
-			entries = append(entries, f.Entries...)
-		case protocol.FrameCaughtUp:
-			return entries, f.Cursor
-		default:
-			c.t.Fatalf("unexpected %+v", f)
-		}
-	}
+	return c.Collect(id)
 }
+
+// project returns the conditions of one project's scope.
+func project(id string) map[string]any { return map[string]any{"project_id": id} }
 
 func keys(entries []protocol.Entry) string {
 	var b []string
@@ -175,8 +147,8 @@ func TestSnapshotThenLive(t *testing.T) {
 	}
 	c := s.dial(t, "u1", "p7")
 	c.hello()
-	c.send(`{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7"}}`)
-	entries, cur := c.collect("s1")
+	c.Subscribe("s1", "todos", project("p7"))
+	entries, cur := c.Collect("s1")
 	if got := keys(entries); got != "u:t1 u:t2 u:t4" {
 		t.Fatalf("snapshot %s", got)
 	}
@@ -190,7 +162,7 @@ func TestSnapshotThenLive(t *testing.T) {
 	_ = s.todos.Delete(ctx, todo{ID: "t2"})
 	var live []protocol.Entry
 	for len(live) < 3 {
-		f := c.expect(protocol.FrameChanges)
+		f := c.Expect(protocol.FrameChanges)
 		live = append(live, f.Entries...)
 	}
 	if got := keys(live); got != "u:t5 d:t1 d:t2" {
@@ -211,12 +183,12 @@ func TestResumeGetsExactlyTheMissedChanges(t *testing.T) {
 	_ = s.todos.Upsert(ctx, todo{"t1", "p7", "a", false})
 	c := s.dial(t, "u1", "p7")
 	c.hello()
-	c.send(`{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7"}}`)
-	c.collect("s1")
+	c.Subscribe("s1", "todos", project("p7"))
+	c.Collect("s1")
 	_ = s.todos.Upsert(ctx, todo{"t2", "p7", "b", false})
-	f := c.expect(protocol.FrameChanges)
+	f := c.Expect(protocol.FrameChanges)
 	cursor := f.Cursor
-	c.ws.Close() // the socket drops
+	c.Close() // the socket drops
 
 	// Missed while away: two changes in scope, one outside.
 	_ = s.todos.Upsert(ctx, todo{"t3", "p7", "c", false})
@@ -225,8 +197,8 @@ func TestResumeGetsExactlyTheMissedChanges(t *testing.T) {
 
 	c2 := s.dial(t, "u1", "p7")
 	c2.hello()
-	c2.send(`{"v":1,"type":"subscribe","id":"s2","resource":"todos","conditions":{"project_id":"p7"},"cursor":"` + cursor + `"}`)
-	missed, _ := c2.collect("s2")
+	c2.SubscribeFrom("s2", "todos", project("p7"), cursor)
+	missed, _ := c2.Collect("s2")
 	if got := keys(missed); got != "u:t3 u:t2" {
 		t.Fatalf("replayed %s, want exactly the two missed changes", got)
 	}
@@ -237,23 +209,18 @@ func TestUnauthorizedSubscribeGetsOnlyAnError(t *testing.T) {
 	_ = s.todos.Upsert(context.Background(), todo{"t1", "p7", "secret", false})
 	c := s.dial(t, "u1", "p1")
 	c.hello()
-	c.send(`{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7"}}`)
-	f := c.expect(protocol.FrameError)
+	c.Subscribe("s1", "todos", project("p7"))
+	f := c.Expect(protocol.FrameError)
 	if f.ID != "s1" || f.Code != protocol.CodeForbidden {
 		t.Fatalf("got %+v", f)
 	}
 	// Nothing else arrives for s1: the next frame is the answer to a probe.
-	c.send(`{"v":1,"type":"unsubscribe","id":"s1"}`)
-	f = c.expect(protocol.FrameError)
-	if f.Code != protocol.CodeUnknownSub {
-		t.Fatalf("after the refusal got %+v", f)
-	}
+	c.Unsubscribe("s1")
+	c.ExpectErrorFor("s1", protocol.CodeUnknownSub)
 	anon := s.dial(t, "")
 	anon.hello()
-	anon.send(`{"v":1,"type":"subscribe","id":"a","resource":"todos","conditions":{"project_id":"p7"}}`)
-	if f := anon.expect(protocol.FrameError); f.Code != protocol.CodeUnauthenticated {
-		t.Fatalf("anonymous got %+v", f)
-	}
+	anon.Subscribe("a", "todos", project("p7"))
+	anon.ExpectError(protocol.CodeUnauthenticated)
 }
 
 func TestSubscribeErrors(t *testing.T) {
@@ -273,48 +240,36 @@ func TestSubscribeErrors(t *testing.T) {
 		{`{"v":1,"type":"teleport"}`, protocol.CodeUnknownType},
 		{`{"v":1,"type":"hello"}`, protocol.CodeBadFrame},
 	} {
-		c.send(tt.frame)
-		if f := c.expect(protocol.FrameError); f.Code != tt.code {
+		c.Send(tt.frame)
+		if f := c.Expect(protocol.FrameError); f.Code != tt.code {
 			t.Errorf("%s: got %+v, want %s", tt.frame, f, tt.code)
 		}
 	}
 	// The connection still serves.
-	c.send(`{"v":1,"type":"subscribe","id":"ok","resource":"todos","conditions":{"project_id":"p7"}}`)
-	c.collect("ok")
-	c.send(`{"v":1,"type":"subscribe","id":"ok","resource":"todos","conditions":{"project_id":"p7"}}`)
-	if f := c.expect(protocol.FrameError); f.Code != protocol.CodeDuplicateSub {
-		t.Fatalf("duplicate id: %+v", f)
-	}
+	c.Subscribe("ok", "todos", project("p7"))
+	c.Collect("ok")
+	c.Subscribe("ok", "todos", project("p7"))
+	c.ExpectError(protocol.CodeDuplicateSub)
 }
 
 func TestHelloRequiredAndVersionSkew(t *testing.T) {
 	s := newServer(t, core.Config{BuildID: "v2"})
 	c := s.dial(t, "u1", "p7")
-	c.send(`{"v":1,"type":"subscribe","id":"a","resource":"todos"}`)
-	if f := c.expect(protocol.FrameError); f.Code != protocol.CodeHelloRequired {
-		t.Fatalf("%+v", f)
-	}
-	_, _, err := c.ws.ReadMessage()
-	if !websocket.IsCloseError(err, int(protocol.ClosePolicy)) {
-		t.Fatalf("want close 1008, got %v", err)
-	}
+	c.Subscribe("a", "todos", nil)
+	c.ExpectError(protocol.CodeHelloRequired)
+	c.ExpectClose(protocol.ClosePolicy)
 
 	c = s.dial(t, "u1", "p7")
-	c.send(`{"v":2,"type":"hello"}`)
-	if f := c.expect(protocol.FrameError); f.Code != protocol.CodeUnsupportedVersion {
-		t.Fatalf("%+v", f)
-	}
-	_, _, err = c.ws.ReadMessage()
-	if !websocket.IsCloseError(err, int(protocol.CloseVersionSkew)) {
-		t.Fatalf("want close 4000, got %v", err)
-	}
+	c.Send(`{"v":2,"type":"hello"}`)
+	c.ExpectError(protocol.CodeUnsupportedVersion)
+	c.ExpectClose(protocol.CloseVersionSkew)
 
 	c = s.dial(t, "u1", "p7")
-	c.send(`{"v":1,"type":"hello","build":"v1"}`)
-	if f := c.expect(protocol.FrameWelcome); f.Build != "v2" {
+	c.Send(`{"v":1,"type":"hello","build":"v1"}`)
+	if f := c.Expect(protocol.FrameWelcome); f.Build != "v2" {
 		t.Fatalf("%+v", f)
 	}
-	if f := c.expect(protocol.FrameUpdateAvailable); f.Build != "v2" {
+	if f := c.Expect(protocol.FrameUpdateAvailable); f.Build != "v2" {
 		t.Fatalf("%+v", f)
 	}
 }
@@ -323,15 +278,12 @@ func TestShutdownClosesWithDrain(t *testing.T) {
 	s := newServer(t, core.Config{})
 	c := s.dial(t, "u1", "p7")
 	c.hello()
-	c.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
-	c.collect("s")
+	c.Subscribe("s", "todos", project("p7"))
+	c.Collect("s")
 	done := make(chan error, 1)
 	go func() { done <- s.e.Shutdown(context.Background()) }()
-	_, _, err := c.ws.ReadMessage()
-	if !websocket.IsCloseError(err, int(protocol.CloseDrain)) {
-		t.Fatalf("want close 4002, got %v", err)
-	}
-	c.ws.Close()
+	c.ExpectClose(protocol.CloseDrain)
+	c.Close()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -347,15 +299,11 @@ func TestEngineStartsOnce(t *testing.T) {
 	h2 := httptest.NewServer(middleware.Handler(s.e, middleware.WithPrincipal(headerPrincipal)))
 	defer h2.Close()
 	for _, url := range []string{s.url, "ws" + strings.TrimPrefix(h2.URL, "http") + "/tide/ws"} {
-		ws, _, err := websocket.DefaultDialer.Dial(url, map[string][]string{"X-User": {"u"}, "X-Projects": {"p7"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := &wsClient{t: t, ws: ws}
+		c := dialAt(t, url, "u", "p7")
 		c.hello()
-		c.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
-		c.collect("s")
-		ws.Close()
+		c.Subscribe("s", "todos", project("p7"))
+		c.Collect("s")
+		c.Close()
 	}
 	if n := s.e.Stats().TailStarts; n != 1 {
 		t.Fatalf("tailer started %d times", n)
@@ -368,8 +316,8 @@ func TestUnusableCursorsReset(t *testing.T) {
 	_ = s.todos.Upsert(ctx, todo{"t1", "p7", "a", false})
 	c := s.dial(t, "u1", "p7")
 	c.hello()
-	c.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
-	_, cursor := c.collect("s")
+	c.Subscribe("s", "todos", project("p7"))
+	_, cursor := c.Collect("s")
 	cur, err := protocol.ParseCursor(cursor)
 	if err != nil {
 		t.Fatal(err)
@@ -381,13 +329,13 @@ func TestUnusableCursorsReset(t *testing.T) {
 		reason protocol.ResetReason
 	}{{ahead, "cursor_ahead"}, {other, "epoch_changed"}} {
 		id := fmt.Sprintf("r%d", i)
-		c.send(`{"v":1,"type":"subscribe","id":"` + id + `","resource":"todos","conditions":{"project_id":"p7"},"cursor":"` + tt.cursor.String() + `"}`)
-		f := c.expect(protocol.FrameReset)
+		c.SubscribeFrom(id, "todos", project("p7"), tt.cursor.String())
+		f := c.Expect(protocol.FrameReset)
 		if f.ID != id || f.Reason != tt.reason {
 			t.Fatalf("got %+v, want reset %s", f, tt.reason)
 		}
 		// A fresh snapshot follows.
-		if entries, _ := c.collect(id); keys(entries) != "u:t1" {
+		if entries, _ := c.Collect(id); keys(entries) != "u:t1" {
 			t.Fatalf("after reset: %s", keys(entries))
 		}
 	}

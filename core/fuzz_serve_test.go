@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -46,54 +48,45 @@ func FuzzServeFrame(f *testing.F) {
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
 	var (
 		mu    sync.Mutex
-		ws    *websocket.Conn
+		conn  *tidetest.Conn // shared by the inputs, so their effects add up
 		probe int
 	)
 	f.Cleanup(func() {
-		if ws != nil {
-			ws.Close()
+		if conn != nil {
+			conn.Close()
 		}
 		_ = e.Shutdown(f.Context())
 		ts.Close()
 	})
-	dial := func(t *testing.T) {
-		c, _, err := websocket.DefaultDialer.Dial(url, map[string][]string{"X-User": {"u"}, "X-Projects": {"p7,p8"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"hello"}`)); err != nil {
-			t.Fatal(err)
-		}
-		ws = c
-	}
 	documentedClose := map[int]bool{int(protocol.ClosePolicy): true, int(protocol.CloseVersionSkew): true}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		mu.Lock()
 		defer mu.Unlock()
-		if ws == nil {
-			dial(t)
+		if conn == nil {
+			conn = tidetest.Dial(t, url, tidetest.WithHeader("X-User", "u"), tidetest.WithHeader("X-Projects", "p7,p8"),
+				tidetest.WithTimeout(10*time.Second), // a failure bound only
+				tidetest.WithoutCleanup())            // it outlives this input; f.Cleanup closes it
+			conn.Send(tidetest.HelloFrame(protocol.ClientFrame{}))
 		}
+		c := conn.For(t)
 		probe++
 		id := fmt.Sprintf("probe-%d", probe)
-		if err := ws.WriteMessage(websocket.TextMessage, frame); err != nil {
-			t.Fatal(err)
-		}
-		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"unsubscribe","id":"`+id+`"}`))
+		c.Send(frame)
+		// The frame may have ended the connection: the probe's write may fail.
+		_ = c.WebSocket().WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"unsubscribe","id":"`+id+`"}`))
 		for {
-			_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second)) // a failure bound only
-			_, data, err := ws.ReadMessage()
-			if err != nil {
+			fr, data, err := c.ReadFrame()
+			if err != nil && data == nil {
 				var ce *websocket.CloseError
-				if ok := asCloseError(err, &ce); !ok || !documentedClose[ce.Code] {
+				if !errors.As(err, &ce) || !documentedClose[ce.Code] {
 					t.Fatalf("after %q: connection ended with %v", frame, err)
 				}
-				ws.Close()
-				ws = nil
+				conn.Close()
+				conn = nil
 				return
 			}
-			fr, err := protocol.DecodeServerFrame(data)
 			if err != nil {
-				t.Fatalf("after %q: server sent an invalid frame %s: %v", frame, data, err)
+				t.Fatalf("after %q: server sent an invalid frame: %v", frame, err)
 			}
 			if fr.Type == protocol.FrameError && fr.Code == "" {
 				t.Fatalf("error frame without code: %s", data)
@@ -103,12 +96,4 @@ func FuzzServeFrame(f *testing.F) {
 			}
 		}
 	})
-}
-
-func asCloseError(err error, target **websocket.CloseError) bool {
-	ce, ok := err.(*websocket.CloseError)
-	if ok {
-		*target = ce
-	}
-	return ok
 }

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -73,44 +72,23 @@ func newEnv(t *testing.T, opts ...middleware.Option) *env {
 }
 
 // dial upgrades with the session cookie and the given Origin ("" for none).
-func (v *env) dial(origin string) (*websocket.Conn, *http.Response, error) {
-	h := http.Header{"Cookie": {"session=alice"}}
-	if origin != "" {
-		h.Set("Origin", origin)
-	}
-	ws, resp, err := websocket.DefaultDialer.Dial(v.ws, h)
-	if err == nil {
-		ws.SetReadDeadline(time.Now().Add(20 * time.Second)) // bounds a broken test only
-	}
-	return ws, resp, err
-}
-
-func readFrame(t *testing.T, ws *websocket.Conn) protocol.ServerFrame {
+func (v *env) dial(t *testing.T, origin string) (*tidetest.Conn, *http.Response, error) {
 	t.Helper()
-	_, data, err := ws.ReadMessage()
-	if err != nil {
-		t.Fatalf("read: %v", err)
+	opts := []tidetest.Option{tidetest.WithHeader("Cookie", "session=alice")}
+	if origin != "" {
+		opts = append(opts, tidetest.WithHeader("Origin", origin))
 	}
-	f, err := protocol.DecodeServerFrame(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return tidetest.TryDial(t, v.ws, opts...)
 }
 
 // subscribeP7 proves the connection speaks for alice: her project's row
 // arrives.
-func subscribeP7(t *testing.T, ws *websocket.Conn, hello string) {
+func subscribeP7(t *testing.T, c *tidetest.Conn, hello protocol.ClientFrame) {
 	t.Helper()
-	for _, f := range []string{hello, `{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`} {
-		if err := ws.WriteMessage(websocket.TextMessage, []byte(f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if f := readFrame(t, ws); f.Type != protocol.FrameWelcome {
-		t.Fatalf("got %+v", f)
-	}
-	if f := readFrame(t, ws); f.Type != protocol.FrameChanges || len(f.Entries) != 1 || f.Entries[0].Key != "t1" {
+	c.Send(tidetest.HelloFrame(hello))
+	c.Subscribe("s", "todos", map[string]any{"project_id": "p7"})
+	c.Expect(protocol.FrameWelcome)
+	if f := c.Expect(protocol.FrameChanges); len(f.Entries) != 1 || f.Entries[0].Key != "t1" {
 		t.Fatalf("got %+v", f)
 	}
 }
@@ -133,7 +111,7 @@ func TestCrossOriginUpgrade(t *testing.T) {
 	v := newEnv(t)
 	host := strings.TrimPrefix(v.srv.URL, "http://")
 
-	_, resp, err := v.dial("https://evil.example")
+	_, resp, err := v.dial(t, "https://evil.example")
 	if err == nil {
 		t.Fatal("a cross-origin upgrade with the session cookie was accepted")
 	}
@@ -144,33 +122,33 @@ func TestCrossOriginUpgrade(t *testing.T) {
 		t.Fatalf("error %+v", f)
 	}
 	for _, origin := range []string{"null", "http://" + host + ".evil.example", "http://evil.example/" + host} {
-		if _, resp, err := v.dial(origin); err == nil || resp.StatusCode != http.StatusForbidden {
+		if _, resp, err := v.dial(t, origin); err == nil || resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("origin %q: %v", origin, err)
 		}
 	}
 
 	// Same origin, and non-browser clients (no Origin header), are served.
 	for _, origin := range []string{"http://" + host, "HTTP://" + strings.ToUpper(host), ""} {
-		ws, _, err := v.dial(origin)
+		c, _, err := v.dial(t, origin)
 		if err != nil {
 			t.Fatalf("origin %q refused: %v", origin, err)
 		}
-		subscribeP7(t, ws, `{"v":1,"type":"hello"}`)
-		ws.Close()
+		subscribeP7(t, c, protocol.ClientFrame{})
+		c.Close()
 	}
 
 	// The app allows its front end's origin.
 	v = newEnv(t, middleware.WithAllowedOrigins("https://app.example", "http://localhost:5173/"))
 	for _, origin := range []string{"https://app.example", "https://APP.example:443", "http://localhost:5173"} {
-		ws, _, err := v.dial(origin)
+		c, _, err := v.dial(t, origin)
 		if err != nil {
 			t.Fatalf("allowed origin %q refused: %v", origin, err)
 		}
-		subscribeP7(t, ws, `{"v":1,"type":"hello"}`)
-		ws.Close()
+		subscribeP7(t, c, protocol.ClientFrame{})
+		c.Close()
 	}
 	for _, origin := range []string{"http://app.example", "https://app.example:8443", "https://evil.example"} {
-		if _, resp, err := v.dial(origin); err == nil || resp.StatusCode != http.StatusForbidden {
+		if _, resp, err := v.dial(t, origin); err == nil || resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("origin %q: %v", origin, err)
 		}
 	}
@@ -276,14 +254,8 @@ func TestTokenEndpoint(t *testing.T) {
 		t.Fatalf("token %+v (%v)", tok, err)
 	}
 
-	ws, _, err := websocket.DefaultDialer.Dial(v.ws, nil) // no cookie
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
-	ws.SetReadDeadline(time.Now().Add(20 * time.Second))
-	b, _ := json.Marshal(tr.Token)
-	subscribeP7(t, ws, `{"v":1,"type":"hello","token":`+string(b)+`}`)
+	c := tidetest.Dial(t, v.ws) // no cookie
+	subscribeP7(t, c, protocol.ClientFrame{Token: tr.Token})
 
 	// The app's own routes are untouched.
 	r, err := http.Get(v.srv.URL + "/tide/elsewhere")

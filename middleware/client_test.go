@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,65 +17,16 @@ import (
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/middleware"
 )
-
-// fakeClock is a core.Clock and keyring clock that moves only on Advance;
-// timers due by then run before Advance returns.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	at   time.Time
-	f    func()
-	done bool
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		stopped := !t.done
-		t.done = true
-		return stopped
-	}
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*fakeTimer
-	for _, t := range c.timers {
-		if !t.done && !t.at.After(c.now) {
-			t.done = true
-			due = append(due, t)
-		}
-	}
-	c.mu.Unlock()
-	for _, t := range due {
-		t.f()
-	}
-}
 
 // TestGoClientTokenRefresh runs the reference client against the token
 // endpoint: it fetches a token for hello, answers refresh-token with a new
 // one and outlives the first token; when it cannot get a token any more,
 // the server ends the connection at expiry with 1008.
 func TestGoClientTokenRefresh(t *testing.T) {
-	clk := &fakeClock{now: time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)}
+	clk := tidetest.NewClock(time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC))
 	kr, err := authz.NewKeyring(authz.KeyringConfig{Current: authz.Key{ID: "k1", Secret: bytes.Repeat([]byte{1}, 32)}, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
