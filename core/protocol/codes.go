@@ -29,6 +29,13 @@ const (
 	CodeDraining             Code = "draining"               // the server is shutting down; reconnect elsewhere
 	CodeUnavailable          Code = "unavailable"            // the change feed is unreachable; retry later
 	CodeInternal             Code = "internal"               // an unexpected server error; retry later
+
+	// Mutation refusals, sent in reject frames.
+	CodeUnknownMutator Code = "unknown_mutator" // the resource has no mutator of that name
+	CodeInvalidArgs    Code = "invalid_args"    // the arguments do not decode into the mutator's type, or the mutator said they are invalid
+	CodeConflict       Code = "conflict"        // the mutator refused the write because of the data it found (a conflict raised by the app)
+	CodeMutatorFailed  Code = "mutator_error"   // the mutator failed; nothing was written
+	CodeKeyExpired     Code = "key_expired"     // the mutation is older than the server keeps idempotency keys: it is not run, lest it run twice
 )
 
 // Error is an error with a stable wire code. Every refusal tide sends a

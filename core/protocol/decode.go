@@ -56,6 +56,25 @@ func DecodeClientFrame(data []byte) (ClientFrame, *Error) {
 		if err := checkRequired("id", f.ID, MaxIDLen); err != nil {
 			return f, err
 		}
+	case FrameMutate:
+		if err := checkRequired("key", f.Key, MaxKeyLen); err != nil {
+			return f, err
+		}
+		if err := checkRequired("resource", f.Resource, MaxNameLen); err != nil {
+			return f, err
+		}
+		if err := checkRequired("name", f.Name, MaxNameLen); err != nil {
+			return f, err
+		}
+		if f.Seq < 0 {
+			return f, Errorf(CodeBadFrame, "seq must not be negative")
+		}
+		if f.At <= 0 {
+			return f, Errorf(CodeBadFrame, "at (Unix milliseconds) is required")
+		}
+		if a := bytes.TrimSpace(f.Args); len(a) > 0 && a[0] != '{' {
+			return f, Errorf(CodeInvalidArgs, "args is a JSON object")
+		}
 	case FrameRefresh:
 		if f.Token == "" {
 			return f, Errorf(CodeBadFrame, "refresh needs a token")
@@ -145,6 +164,22 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 		// A polling response's reset has no id: the request named the scope.
 		if f.Reason == "" {
 			return f, fmt.Errorf("%w: reset without reason", ErrBadServerFrame)
+		}
+	case FrameAck:
+		if f.Key == "" || f.Cursor == "" {
+			return f, fmt.Errorf("%w: ack needs key and cursor", ErrBadServerFrame)
+		}
+		for _, e := range f.Entries {
+			if e.Op != "upsert" && e.Op != "delete" {
+				return f, fmt.Errorf("%w: entry op %q", ErrBadServerFrame, e.Op)
+			}
+			if e.Op == "upsert" && len(e.Row) == 0 {
+				return f, fmt.Errorf("%w: upsert without row", ErrBadServerFrame)
+			}
+		}
+	case FrameReject:
+		if f.Key == "" || f.Code == "" {
+			return f, fmt.Errorf("%w: reject needs key and code", ErrBadServerFrame)
 		}
 	case FrameError:
 		if f.Code == "" {

@@ -196,3 +196,29 @@ func AppendEntry(b []byte, op, key string, row json.RawMessage, origin string) [
 	}
 	return append(b, '}')
 }
+
+// Ack encodes the server's answer to an applied mutation: its key, the
+// cursor at or after every change it wrote, and the entries of the rows it
+// wrote (comma-separated AppendEntry output, possibly empty). replayed says
+// the key had been applied before and this is its recorded result.
+func Ack(key, cursor string, entries []byte, replayed bool) []byte {
+	b := appendFrameStart(make([]byte, 0, len(entries)+len(key)+len(cursor)+64), FrameAck)
+	b = appendField(b, "key", key)
+	b = appendField(b, "cursor", cursor)
+	if replayed {
+		b = append(b, `,"replayed":true`...)
+	}
+	b = append(b, `,"entries":[`...)
+	b = append(b, entries...)
+	return append(b, ']', '}')
+}
+
+// Reject encodes the refusal of a mutation: nothing it would have written
+// was written.
+func Reject(key string, e *Error) []byte {
+	b := appendFrameStart(nil, FrameReject)
+	b = appendField(b, "key", key)
+	b = appendField(b, "code", string(e.Code))
+	b = appendField(b, "message", e.Message)
+	return append(b, '}')
+}

@@ -13,6 +13,7 @@ const (
 	FrameSubscribe   = "subscribe"
 	FrameUnsubscribe = "unsubscribe"
 	FrameRefresh     = "refresh"
+	FrameMutate      = "mutate"
 
 	// Server to client.
 	FrameWelcome         = "welcome"
@@ -22,6 +23,8 @@ const (
 	FrameError           = "error"
 	FrameUpdateAvailable = "update-available"
 	FrameRefreshToken    = "refresh-token"
+	FrameAck             = "ack"
+	FrameReject          = "reject"
 )
 
 // Field limits of client frames, checked by DecodeClientFrame.
@@ -32,6 +35,7 @@ const (
 	MaxOriginLen   = 128  // origins
 	MaxTokenLen    = 8192 // channel tokens
 	MaxConditionsN = 64   // conditions of one subscribe, before the server's own (lower) limit
+	MaxKeyLen      = 128  // mutation idempotency keys
 )
 
 // ClientFrame is a decoded client-to-server frame. Fields not used by a frame
@@ -51,6 +55,13 @@ type ClientFrame struct {
 	Conditions map[string]json.RawMessage `json:"conditions,omitempty"`
 	Cursor     string                     `json:"cursor,omitempty"`
 	Limit      int                        `json:"limit,omitempty"`
+
+	// mutate (Resource names the mutator's resource)
+	Key  string          `json:"key,omitempty"`  // idempotency key, unique per principal and origin
+	Seq  int64           `json:"seq,omitempty"`  // the client's sequence number of the mutation
+	Name string          `json:"name,omitempty"` // the mutator
+	Args json.RawMessage `json:"args,omitempty"` // the mutator's arguments, a JSON object
+	At   int64           `json:"at,omitempty"`   // when the client made the mutation, Unix milliseconds
 }
 
 // Entry is one change inside a changes frame, as a client sees it.
@@ -80,12 +91,15 @@ type ServerFrame struct {
 	Limits *Limits `json:"limits,omitempty"` // welcome
 
 	ID      string  `json:"id,omitempty"`      // changes, caught-up, reset, error (if about a subscription); absent in polling responses
-	Cursor  string  `json:"cursor,omitempty"`  // changes, caught-up
+	Cursor  string  `json:"cursor,omitempty"`  // changes, caught-up, ack
 	More    bool    `json:"more,omitempty"`    // polling responses: another page is ready now
-	Entries []Entry `json:"entries,omitempty"` // changes
+	Entries []Entry `json:"entries,omitempty"` // changes, ack
+
+	Key      string `json:"key,omitempty"`      // ack, reject: the mutation's idempotency key
+	Replayed bool   `json:"replayed,omitempty"` // ack: the key was applied before; this is its recorded result
 
 	Reason    ResetReason `json:"reason,omitempty"`     // reset
-	Code      Code        `json:"code,omitempty"`       // error
-	Message   string      `json:"message,omitempty"`    // error
+	Code      Code        `json:"code,omitempty"`       // error, reject
+	Message   string      `json:"message,omitempty"`    // error, reject
 	ExpiresIn int         `json:"expires_in,omitempty"` // refresh-token: seconds until the token expires
 }

@@ -44,6 +44,15 @@ func TestDecodeClientFrame(t *testing.T) {
 		{"refresh without token", `{"v":1,"type":"refresh"}`, CodeBadFrame},
 		{"hello build too long", `{"v":1,"type":"hello","build":"` + long + `"}`, CodeBadFrame},
 		{"hello token too long", `{"v":1,"type":"hello","token":"` + strings.Repeat("t", 9000) + `"}`, CodeBadFrame},
+		{"mutate", `{"v":1,"type":"mutate","key":"k1","seq":3,"resource":"todos","name":"add","args":{"title":"x"},"at":1764590000000}`, ""},
+		{"mutate without args", `{"v":1,"type":"mutate","key":"k1","resource":"todos","name":"clear","at":1}`, ""},
+		{"mutate without key", `{"v":1,"type":"mutate","resource":"todos","name":"add","at":1}`, CodeBadFrame},
+		{"mutate key too long", `{"v":1,"type":"mutate","key":"` + long + `","resource":"todos","name":"add","at":1}`, CodeBadFrame},
+		{"mutate without resource", `{"v":1,"type":"mutate","key":"k","name":"add","at":1}`, CodeBadFrame},
+		{"mutate without name", `{"v":1,"type":"mutate","key":"k","resource":"todos","at":1}`, CodeBadFrame},
+		{"mutate without at", `{"v":1,"type":"mutate","key":"k","resource":"todos","name":"add"}`, CodeBadFrame},
+		{"mutate negative seq", `{"v":1,"type":"mutate","key":"k","seq":-1,"resource":"todos","name":"add","at":1}`, CodeBadFrame},
+		{"mutate args not object", `{"v":1,"type":"mutate","key":"k","resource":"todos","name":"add","args":[1],"at":1}`, CodeInvalidArgs},
 		{"invalid utf8 id", "{\"v\":1,\"type\":\"unsubscribe\",\"id\":\"\xff\"}", ""}, // encoding/json replaces invalid UTF-8 with U+FFFD
 	}
 	for _, tt := range tests {
@@ -67,6 +76,7 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		`{"v":1,"type":"subscribe","id":"s1","resource":"todos","conditions":{"project_id":"p7","n":{"in":[1,2]}},"cursor":"1.e.5","limit":10}`,
 		`{"v":1,"type":"unsubscribe","id":"s1"}`,
 		`{"v":1,"type":"refresh","token":"x"}`,
+		`{"v":1,"type":"mutate","key":"k1","seq":1,"resource":"todos","name":"add","args":{"id":"t1"},"at":1764590000000}`,
 		`{"v":2}`, `{}`, `[]`, `null`, `{"v":1,"type":"subscribe","id":"\u0000"}`,
 	} {
 		f.Add([]byte(s))
@@ -95,6 +105,10 @@ func FuzzDecodeClientFrame(f *testing.F) {
 			if fr.ID == "" {
 				t.Fatal("accepted unsubscribe without id")
 			}
+		case FrameMutate:
+			if fr.Key == "" || fr.Resource == "" || fr.Name == "" || fr.Seq < 0 || fr.At <= 0 || len(fr.Key) > MaxKeyLen {
+				t.Fatalf("accepted incomplete mutate %+v", fr)
+			}
 		case FrameHello, FrameRefresh:
 		default:
 			t.Fatalf("accepted type %q", fr.Type)
@@ -110,6 +124,10 @@ func FuzzDecodeServerFrame(f *testing.F) {
 		`{"v":1,"type":"reset","id":"s","reason":"cursor_expired"}`,
 		`{"v":1,"type":"error","code":"forbidden","message":"no"}`,
 		`{"v":1,"type":"changes","id":"s","entries":[{"op":"upsert","key":"k"}]}`,
+		`{"v":1,"type":"ack","key":"k1","cursor":"1.e.9","entries":[{"op":"upsert","key":"t1","row":{"a":1},"resource":"todos"}]}`,
+		`{"v":1,"type":"ack","key":"k1","cursor":"1.e.9","replayed":true,"entries":[]}`,
+		`{"v":1,"type":"reject","key":"k1","code":"conflict","message":"taken"}`,
+		`{"v":1,"type":"ack","key":"k1","entries":[{"op":"upsert","key":"t1"}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -138,6 +156,9 @@ func TestEncodedFramesAreValidJSON(t *testing.T) {
 		ErrorFrame(weird, &Error{Code: CodeForbidden, Message: weird}),
 		ErrorFrame("", &Error{Code: CodeForbidden, Message: weird}),
 		UpdateAvailable(weird),
+		Ack(weird, weird, AppendEntry(nil, "upsert", weird, json.RawMessage(`{"a":1}`), weird), true),
+		Ack(weird, weird, nil, false),
+		Reject(weird, &Error{Code: CodeConflict, Message: weird}),
 		RefreshToken(30),
 		AppendChangesEnd(append(AppendChangesStart(nil, AppendString(nil, weird), weird), AppendEntry(nil, "upsert", weird, json.RawMessage(`{"a":1}`), weird)...)),
 	}
