@@ -34,8 +34,9 @@ type conn struct {
 
 	mu       sync.Mutex
 	subs     map[string]*subscription
-	out      outbound // guarded by mu
-	closing  bool     // a close frame is being sent; nothing else is queued
+	out      outbound  // guarded by mu
+	muts     mutations // guarded by mu
+	closing  bool      // a close frame is being sent; nothing else is queued
 	killOnce sync.Once
 }
 
@@ -69,6 +70,12 @@ func (e *Engine) Accept(ws Socket, p authz.Principal) error {
 // handle dispatches one client frame.
 func (c *conn) handle(data []byte) {
 	f, ferr := protocol.DecodeClientFrame(data)
+	if ferr != nil && f.Type == protocol.FrameMutate && f.Key != "" && c.helloDone && ferr.Code != protocol.CodeUnsupportedVersion {
+		// A mutation is answered by ack or reject, whatever is wrong with it.
+		c.e.stats.mutationsRejected.Add(1)
+		c.sendFrame(protocol.Reject(protocol.Truncate(f.Key, protocol.MaxKeyLen), ferr))
+		return
+	}
 	if ferr != nil {
 		c.sendError(f.ID, ferr)
 		switch {
@@ -93,6 +100,8 @@ func (c *conn) handle(data []byte) {
 		c.unsubscribe(f)
 	case protocol.FrameRefresh:
 		c.refresh(f)
+	case protocol.FrameMutate:
+		c.mutate(f)
 	}
 }
 

@@ -67,6 +67,8 @@ type resource struct {
 	codec  *protocol.RowCodec
 	policy authz.Policy // guarded: token grants first, panics recovered; nil denies
 	filter *rowFilter   // nil: every row is visible
+
+	mutators map[string]*mutator // guarded by Engine.mu
 }
 
 // Table is a registered resource. Its write methods write through the
@@ -134,26 +136,39 @@ func (t *Table[T]) Schema() *feed.Schema {
 // carries the origin from ctx (see WithOrigin). It returns ErrNotWritable if
 // the feed does not accept writes.
 func (t *Table[T]) Upsert(ctx context.Context, rows ...T) error {
+	muts, err := t.upserts(rows)
+	if err != nil {
+		return err
+	}
+	return t.apply(ctx, muts)
+}
+
+// upserts encodes rows as upsert mutations.
+func (t *Table[T]) upserts(rows []T) ([]feed.Mutation, error) {
 	muts := make([]feed.Mutation, len(rows))
 	for i, row := range rows {
 		key, scope, js, err := t.res.codec.Encode(reflect.ValueOf(row))
 		if err != nil {
-			return fmt.Errorf("tide: upsert %s: %w", t.Name(), err)
+			return nil, fmt.Errorf("tide: upsert %s: %w", t.Name(), err)
 		}
 		muts[i] = feed.Mutation{Schema: t.res.schema, Op: feed.OpUpsert, Key: key, Scope: scope, Row: js}
 	}
-	return t.apply(ctx, muts)
+	return muts, nil
 }
 
 // Delete deletes the rows with the primary keys of rows atomically; other
 // fields are ignored. Deleting a missing row is not an error.
 func (t *Table[T]) Delete(ctx context.Context, rows ...T) error {
+	return t.apply(ctx, t.deletes(rows))
+}
+
+// deletes encodes rows as delete mutations by primary key.
+func (t *Table[T]) deletes(rows []T) []feed.Mutation {
 	muts := make([]feed.Mutation, len(rows))
 	for i, row := range rows {
-		key := t.res.codec.KeyOf(reflect.ValueOf(row))
-		muts[i] = feed.Mutation{Schema: t.res.schema, Op: feed.OpDelete, Key: key}
+		muts[i] = feed.Mutation{Schema: t.res.schema, Op: feed.OpDelete, Key: t.res.codec.KeyOf(reflect.ValueOf(row))}
 	}
-	return t.apply(ctx, muts)
+	return muts
 }
 
 func (t *Table[T]) apply(ctx context.Context, muts []feed.Mutation) error {

@@ -18,6 +18,9 @@ type counters struct {
 	delivered       atomic.Int64
 	dropped         atomic.Int64
 	resets          atomic.Int64
+
+	mutationsApplied  atomic.Int64
+	mutationsRejected atomic.Int64
 }
 
 // Stats is a snapshot of an engine's counters.
@@ -34,6 +37,9 @@ type Stats struct {
 	Delivered       int64 // live entries queued to sockets
 	Dropped         int64 // live entries dropped for backpressure
 	Resets          int64 // reset frames sent
+
+	MutationsApplied  int64 // mutations acknowledged (replayed keys included)
+	MutationsRejected int64 // mutations rejected
 }
 
 // Stats returns the engine's counters.
@@ -52,5 +58,8 @@ func (e *Engine) Stats() Stats {
 		Delivered:       s.delivered.Load(),
 		Dropped:         s.dropped.Load(),
 		Resets:          s.resets.Load(),
+
+		MutationsApplied:  s.mutationsApplied.Load(),
+		MutationsRejected: s.mutationsRejected.Load(),
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
 )
@@ -22,6 +23,7 @@ type handler struct {
 	upgrader  websocket.Upgrader
 	wsPath    string
 	pollPath  string
+	mutPath   string
 	tokenPath string       // "" without WithTokenEndpoint
 	tokens    http.Handler // the token endpoint, if any
 }
@@ -47,6 +49,7 @@ func newHandler(e *core.Engine, o options) *handler {
 		},
 		wsPath:   o.prefix + "/ws",
 		pollPath: o.prefix + "/changes",
+		mutPath:  o.prefix + "/mutate",
 	}
 	// serveWS checks the origin before upgrading, to answer with an error
 	// frame; the upgrader checks again, so no path skips the check.
@@ -72,7 +75,7 @@ func Routes(e *core.Engine, opts ...Option) (h http.Handler, owns func(*http.Req
 
 // owns reports whether the request is for one of tide's routes.
 func (h *handler) owns(r *http.Request) bool {
-	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || (h.tokenPath != "" && r.URL.Path == h.tokenPath)
+	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || (h.tokenPath != "" && r.URL.Path == h.tokenPath)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -81,6 +84,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveWS(w, r)
 	case h.pollPath:
 		h.servePoll(w, r)
+	case h.mutPath:
+		h.serveMutate(w, r)
 	case h.tokenPath:
 		if h.tokens == nil {
 			http.NotFound(w, r)
@@ -122,28 +127,39 @@ func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
 	_ = h.e.Accept(ws, p)
 }
 
-func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
+// readPost checks a POST to one of tide's HTTP routes (method, origin,
+// principal, body size) and returns the principal and the body, or answers
+// the request itself and reports false.
+func (h *handler) readPost(w http.ResponseWriter, r *http.Request, what string) (authz.Principal, []byte, bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the changes endpoint takes POST"})
-		return
+		writeError(w, http.StatusMethodNotAllowed, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the " + what + " endpoint takes POST"})
+		return authz.Principal{}, nil, false
 	}
 	if !h.o.originAllowed(r) {
-		refuseOrigin(w, r) // a cross-site page polling with the user's cookie
-		return
+		refuseOrigin(w, r) // a cross-site page posting with the user's cookie
+		return authz.Principal{}, nil, false
 	}
 	p, err := h.o.principal(r)
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, &protocol.Error{Code: protocol.CodeUnauthenticated, Message: err.Error()})
-		return
+		return authz.Principal{}, nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxPollBody+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, &protocol.Error{Code: protocol.CodeBadFrame, Message: "cannot read the request body"})
-		return
+		return authz.Principal{}, nil, false
 	}
 	if len(body) > maxPollBody {
 		writeError(w, http.StatusRequestEntityTooLarge, &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: "the request body is too large"})
+		return authz.Principal{}, nil, false
+	}
+	return p, body, true
+}
+
+func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
+	p, body, ok := h.readPost(w, r, "changes")
+	if !ok {
 		return
 	}
 	var req core.PollRequest
@@ -157,9 +173,55 @@ func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusFor(te.Code), te)
 		return
 	}
+	writeFrame(w, http.StatusOK, out)
+}
+
+func (h *handler) serveMutate(w http.ResponseWriter, r *http.Request) {
+	p, body, ok := h.readPost(w, r, "mutate")
+	if !ok {
+		return
+	}
+	// The origin scopes the mutation's idempotency key and tags the rows
+	// it writes, as hello's origin does on a WebSocket.
+	origin := r.Header.Get(OriginHeader)
+	if err := protocol.CheckText("origin", origin, protocol.MaxOriginLen); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	var f protocol.ClientFrame
+	if err := json.Unmarshal(body, &f); err != nil {
+		writeError(w, http.StatusBadRequest, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the body is not a JSON mutate frame: " + err.Error()})
+		return
+	}
+	out, rej := h.e.Mutate(r.Context(), p, origin, f)
+	status := http.StatusOK
+	if rej != nil {
+		status = mutateStatus(rej.Code)
+	}
+	writeFrame(w, status, out)
+}
+
+// mutateStatus maps a reject code to an HTTP status.
+func mutateStatus(code protocol.Code) int {
+	switch code {
+	case protocol.CodeUnknownMutator:
+		return http.StatusNotFound
+	case protocol.CodeConflict:
+		return http.StatusConflict
+	case protocol.CodeKeyExpired:
+		return http.StatusGone
+	case protocol.CodeMutatorFailed:
+		return http.StatusUnprocessableEntity
+	}
+	return statusFor(code)
+}
+
+// writeFrame answers with a frame as the JSON body.
+func writeFrame(w http.ResponseWriter, status int, frame []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(out)
+	w.WriteHeader(status)
+	_, _ = w.Write(frame)
 }
 
 // cannotHijack names the usual cause of a failed takeover of the connection.

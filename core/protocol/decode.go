@@ -19,75 +19,83 @@ func DecodeClientFrame(data []byte) (ClientFrame, *Error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return ClientFrame{}, Errorf(CodeBadFrame, "invalid frame: %v", err)
 	}
+	return f, f.Validate()
+}
+
+// Validate checks the fields a frame of f's type needs: the version, the
+// type, required fields and their limits. DecodeClientFrame calls it;
+// routes that build a frame from another encoding (an HTTP body) call it
+// themselves.
+func (f *ClientFrame) Validate() *Error {
 	if f.V == 0 {
-		return f, Errorf(CodeBadFrame, `missing protocol version "v"`)
+		return Errorf(CodeBadFrame, `missing protocol version "v"`)
 	}
 	if f.V != Version {
-		return f, Errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", f.V, Version)
+		return Errorf(CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", f.V, Version)
 	}
 	switch f.Type {
 	case FrameHello:
 		if err := CheckText("build", f.Build, MaxBuildLen); err != nil {
-			return f, err
+			return err
 		}
 		if err := CheckText("origin", f.Origin, MaxOriginLen); err != nil {
-			return f, err
+			return err
 		}
 		if len(f.Token) > MaxTokenLen {
-			return f, Errorf(CodeBadFrame, "token is longer than %d bytes", MaxTokenLen)
+			return Errorf(CodeBadFrame, "token is longer than %d bytes", MaxTokenLen)
 		}
 	case FrameSubscribe:
 		if err := checkRequired("id", f.ID, MaxIDLen); err != nil {
-			return f, err
+			return err
 		}
 		if err := checkRequired("resource", f.Resource, MaxNameLen); err != nil {
-			return f, err
+			return err
 		}
 		if len(f.Conditions) > MaxConditionsN {
-			return f, Errorf(CodeTooManyConditions, "at most %d conditions", MaxConditionsN)
+			return Errorf(CodeTooManyConditions, "at most %d conditions", MaxConditionsN)
 		}
 		if len(f.Cursor) > MaxCursorLen {
-			return f, Errorf(CodeInvalidCursor, "cursor is longer than %d bytes", MaxCursorLen)
+			return Errorf(CodeInvalidCursor, "cursor is longer than %d bytes", MaxCursorLen)
 		}
 		if f.Limit < 0 {
-			return f, Errorf(CodeBadFrame, "limit must not be negative")
+			return Errorf(CodeBadFrame, "limit must not be negative")
 		}
 	case FrameUnsubscribe:
 		if err := checkRequired("id", f.ID, MaxIDLen); err != nil {
-			return f, err
+			return err
 		}
 	case FrameMutate:
 		if err := checkRequired("key", f.Key, MaxKeyLen); err != nil {
-			return f, err
+			return err
 		}
 		if err := checkRequired("resource", f.Resource, MaxNameLen); err != nil {
-			return f, err
+			return err
 		}
 		if err := checkRequired("name", f.Name, MaxNameLen); err != nil {
-			return f, err
+			return err
 		}
 		if f.Seq < 0 {
-			return f, Errorf(CodeBadFrame, "seq must not be negative")
+			return Errorf(CodeBadFrame, "seq must not be negative")
 		}
 		if f.At <= 0 {
-			return f, Errorf(CodeBadFrame, "at (Unix milliseconds) is required")
+			return Errorf(CodeBadFrame, "at (Unix milliseconds) is required")
 		}
 		if a := bytes.TrimSpace(f.Args); len(a) > 0 && a[0] != '{' {
-			return f, Errorf(CodeInvalidArgs, "args is a JSON object")
+			return Errorf(CodeInvalidArgs, "args is a JSON object")
 		}
 	case FrameRefresh:
 		if f.Token == "" {
-			return f, Errorf(CodeBadFrame, "refresh needs a token")
+			return Errorf(CodeBadFrame, "refresh needs a token")
 		}
 		if len(f.Token) > MaxTokenLen {
-			return f, Errorf(CodeBadFrame, "token is longer than %d bytes", MaxTokenLen)
+			return Errorf(CodeBadFrame, "token is longer than %d bytes", MaxTokenLen)
 		}
 	case "":
-		return f, Errorf(CodeBadFrame, `missing frame "type"`)
+		return Errorf(CodeBadFrame, `missing frame "type"`)
 	default:
-		return f, Errorf(CodeUnknownType, "unknown frame type %q", Truncate(f.Type, 32))
+		return Errorf(CodeUnknownType, "unknown frame type %q", Truncate(f.Type, 32))
 	}
-	return f, nil
+	return nil
 }
 
 func checkRequired(field, v string, max int) *Error {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/tidesync/tide/core/feed"
 )
@@ -27,6 +28,9 @@ type Options struct {
 	// means 1,000,000 (DefaultMaxChanges); a negative value is treated as
 	// zero.
 	MaxChanges int
+	// KeyRetention is how long idempotency keys of mutations are kept
+	// (see Transact). Zero value: feed.DefaultKeyRetention (7 days).
+	KeyRetention time.Duration
 }
 
 // Feed is an in-memory change feed. It implements feed.Feed and feed.Writer
@@ -41,6 +45,8 @@ type Feed struct {
 	log    []feed.Change              // positions floor+1 … head, ascending
 	tables map[string]map[string]*row // resource → key → current row
 	wake   chan struct{}              // closed and replaced after every commit
+
+	keys keyring // idempotency keys of mutations (transact.go)
 }
 
 // row is the current state of one row.
@@ -50,8 +56,9 @@ type row struct {
 }
 
 var (
-	_ feed.Feed   = (*Feed)(nil)
-	_ feed.Writer = (*Feed)(nil)
+	_ feed.Feed       = (*Feed)(nil)
+	_ feed.Writer     = (*Feed)(nil)
+	_ feed.Transactor = (*Feed)(nil)
 )
 
 // New returns an empty feed with a fresh random epoch.
@@ -63,6 +70,7 @@ func New(opts Options) *Feed {
 	return &Feed{
 		epoch:  newEpoch(),
 		max:    limit,
+		keys:   newKeyring(opts.KeyRetention),
 		tables: make(map[string]map[string]*row),
 		wake:   make(chan struct{}),
 	}
@@ -162,18 +170,24 @@ func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) 
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.applyLocked(origin, prepared)
+	return nil
+}
+
+// applyLocked applies validated mutations as one commit. The caller holds
+// f.mu.
+func (f *Feed) applyLocked(origin string, muts []feed.Mutation) {
 	before := f.head
-	for _, m := range prepared {
+	for _, m := range muts {
 		f.apply(origin, m)
 	}
 	if f.head == before {
-		return nil
+		return
 	}
 	if len(f.log) > f.max {
 		f.dropThrough(f.log[len(f.log)-f.max-1].Pos)
 	}
 	f.signal()
-	return nil
 }
 
 // apply applies one validated mutation. The caller holds f.mu.

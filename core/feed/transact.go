@@ -1,0 +1,58 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Transactor is implemented by feeds that can run an app's server-side
+// mutation (a mutator) in one transaction, recording its idempotency key in
+// that same transaction so that no key is ever applied twice.
+type Transactor interface {
+	// Transact runs fn in one transaction whose writes are tagged with
+	// id.Origin, and records id with the result fn returns, unless id was
+	// recorded before: then it returns the recorded result with
+	// replayed=true and does not call fn. Two calls with the same id at
+	// once, on one node or several, run fn at most once: the second waits
+	// for the first and then sees its record (or, if the first failed,
+	// runs fn itself).
+	//
+	// If fn returns an error, nothing fn wrote is committed, nothing is
+	// recorded, and Transact returns that error as is. A commit failure is
+	// returned as an error that does not wrap fn's.
+	//
+	// It returns an error wrapping ErrKeyExpired, without running fn, when
+	// id.At is older than the feed keeps idempotency keys: the feed can no
+	// longer tell whether the key was applied. When Transact returns nil,
+	// the writes are committed and Head covers them.
+	Transact(ctx context.Context, id MutationID, fn func(ctx context.Context, tx Tx) ([]byte, error)) (result []byte, replayed bool, err error)
+}
+
+// MutationID identifies one client mutation: its idempotency key, scoped to
+// the principal and the client device (origin) that sent it.
+type MutationID struct {
+	Principal string
+	Origin    string
+	Key       string
+	At        time.Time // when the client made the mutation
+}
+
+// Tx is one transaction of a Transactor. Writes through it commit together
+// when the function given to Transact returns nil. A Tx must not be used
+// after that function returns. Feeds may offer more through their own type
+// (the Postgres feed's Tx gives the pgx.Tx, for any SQL).
+type Tx interface {
+	// Apply writes muts in this transaction, as Writer.Apply does, tagged
+	// with the transaction's origin.
+	Apply(ctx context.Context, muts ...Mutation) error
+}
+
+// ErrKeyExpired means a mutation is older than the feed keeps idempotency
+// keys: it is refused, never run, since it may have been applied already.
+var ErrKeyExpired = errors.New("feed: the mutation is older than the retained idempotency keys")
+
+// DefaultKeyRetention is how long feeds keep idempotency keys unless
+// configured otherwise: as long as the Postgres feed keeps changes by
+// default.
+const DefaultKeyRetention = 7 * 24 * time.Hour

@@ -1,0 +1,334 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
+)
+
+// Errors a mutator returns (wrapped, with its own message) to refuse a
+// mutation with a specific code. Any other error refuses it with
+// mutator_error. Nothing the mutator wrote is committed either way.
+var (
+	// ErrConflict: the data the mutator found forbids the write (the title
+	// is taken, the item was sold). Clients receive reject "conflict" and
+	// roll their optimistic write back.
+	ErrConflict = errors.New("tide: conflict")
+	// ErrInvalidArgs: the arguments are wrong in a way their type cannot
+	// say (an empty title). Clients receive reject "invalid_args".
+	ErrInvalidArgs = errors.New("tide: invalid arguments")
+)
+
+// Mutator is a server-side write a client may ask for by name (a mutate
+// frame, or POST <prefix>/mutate), with arguments of type A decoded from
+// the frame's JSON. The engine runs it in one transaction of the feed
+// (feed.Transactor) and records the mutation's idempotency key in that
+// same transaction, so that it is applied at most once whatever the client
+// resends.
+type Mutator[A any] struct {
+	// Authorize decides whether the principal may run the mutator with
+	// these arguments, before it runs. It returns nil to allow, or an
+	// error wrapping authz.ErrUnauthenticated or authz.ErrForbidden (any
+	// other error also refuses, as forbidden). Zero value: every call is
+	// refused (deny by default).
+	Authorize func(ctx context.Context, p authz.Principal, args A) error
+	// Run performs the write through tx: with the typed tables
+	// (Table.UpsertTx, Table.DeleteTx), and on Postgres with any SQL
+	// through the feed's transaction (pgfeed's TxOf). Rows it writes are
+	// captured as usual and carry the calling client's origin. It returns
+	// nil to commit, or an error to roll everything back (see ErrConflict,
+	// ErrInvalidArgs). It must not keep tx after it returns. Required.
+	Run func(ctx context.Context, tx *Tx, args A) error
+}
+
+// mutator is a Mutator with its argument type erased.
+type mutator struct {
+	decode    func(json.RawMessage) (any, error)
+	authorize func(context.Context, authz.Principal, any) error // nil: deny
+	run       func(context.Context, *Tx, any) error
+}
+
+// AddMutator declares a mutator named name on t's resource. The name is a
+// plain identifier, unique per resource. It returns an error wrapping
+// ErrInvalidResource for a bad name, a duplicate or a missing Run.
+// Mutators may be added while the engine serves.
+func AddMutator[T, A any](t *Table[T], name string, m Mutator[A]) error {
+	if err := protocol.ValidIdent(name); err != nil {
+		return fmt.Errorf("tide: mutator %s.%s: %w: %v", t.Name(), name, ErrInvalidResource, err)
+	}
+	if m.Run == nil {
+		return fmt.Errorf("tide: mutator %s.%s: %w: Run is required", t.Name(), name, ErrInvalidResource)
+	}
+	mu := &mutator{
+		decode: func(raw json.RawMessage) (any, error) {
+			var a A
+			if len(raw) == 0 {
+				raw = json.RawMessage("{}")
+			}
+			if err := json.Unmarshal(raw, &a); err != nil {
+				return nil, err
+			}
+			return a, nil
+		},
+		run: func(ctx context.Context, tx *Tx, a any) error { return m.Run(ctx, tx, a.(A)) },
+	}
+	if m.Authorize != nil {
+		mu.authorize = func(ctx context.Context, p authz.Principal, a any) error { return m.Authorize(ctx, p, a.(A)) }
+	}
+	e := t.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := t.res.mutators[name]; dup {
+		return fmt.Errorf("tide: mutator %s.%s: %w: already declared", t.Name(), name, ErrInvalidResource)
+	}
+	if t.res.mutators == nil {
+		t.res.mutators = map[string]*mutator{}
+	}
+	t.res.mutators[name] = mu
+	return nil
+}
+
+// mutatorOf returns the resource's mutator named name, or nil.
+func (e *Engine) mutatorOf(r *resource, name string) *mutator {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return r.mutators[name]
+}
+
+// Tx is the transaction a mutator runs in. It is valid only while the
+// mutator runs, and is not safe for concurrent use.
+type Tx struct {
+	e       *Engine
+	ftx     feed.Tx
+	p       authz.Principal
+	origin  string
+	entries []byte // the ack's entries so far, comma-separated
+}
+
+// Principal returns who the mutation runs for.
+func (tx *Tx) Principal() authz.Principal { return tx.p }
+
+// Origin returns the origin of the client that sent the mutation; the
+// rows the mutator writes carry it.
+func (tx *Tx) Origin() string { return tx.origin }
+
+// Feed returns the feed's own transaction: the Postgres feed's gives the
+// pgx.Tx for any SQL (see pgfeed.TxOf).
+func (tx *Tx) Feed() feed.Tx { return tx.ftx }
+
+// UpsertTx writes rows in the mutator's transaction, as Upsert does
+// outside one. The rows the principal may see are returned to the client in
+// the mutation's ack.
+func (t *Table[T]) UpsertTx(ctx context.Context, tx *Tx, rows ...T) error {
+	muts, err := t.upserts(rows)
+	if err != nil {
+		return err
+	}
+	return tx.apply(ctx, t.res, muts)
+}
+
+// DeleteTx deletes rows (by primary key) in the mutator's transaction, as
+// Delete does outside one.
+func (t *Table[T]) DeleteTx(ctx context.Context, tx *Tx, rows ...T) error {
+	return tx.apply(ctx, t.res, t.deletes(rows))
+}
+
+// apply writes muts through the feed's transaction and adds what the
+// principal may see of them to the ack.
+func (tx *Tx) apply(ctx context.Context, r *resource, muts []feed.Mutation) error {
+	if err := tx.ftx.Apply(ctx, muts...); err != nil {
+		return err
+	}
+	for _, m := range muts {
+		c := feed.Change{Resource: r.schema.Name, Op: m.Op, Key: m.Key, Scope: m.Scope, Row: m.Row, Origin: tx.origin}
+		entry := r.see(tx.p, &c, nil, true)
+		if entry == nil {
+			continue
+		}
+		if len(tx.entries) > 0 {
+			tx.entries = append(tx.entries, ',')
+		}
+		// The entry ends with '}': name its resource before it, as ack
+		// entries may be of any resource.
+		tx.entries = append(tx.entries, entry[:len(entry)-1]...)
+		tx.entries = append(tx.entries, `,"resource":`...)
+		tx.entries = protocol.AppendString(tx.entries, r.schema.Name)
+		tx.entries = append(tx.entries, '}')
+	}
+	return nil
+}
+
+// failed is a mutator's own error, told apart from the feed's.
+type failed struct{ err error }
+
+func (f failed) Error() string { return f.err.Error() }
+func (f failed) Unwrap() error { return f.err }
+
+// Mutate runs the mutation of a mutate frame for p, sent by the client
+// device origin, and returns the frame to answer with: an ack, or a reject
+// whose code is also returned as err. It is what the WebSocket route runs
+// for every mutate frame and what POST <prefix>/mutate runs; f is
+// validated first (protocol.ClientFrame.Validate).
+func (e *Engine) Mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
+	f.Type = protocol.FrameMutate
+	if err := f.Validate(); err != nil {
+		return protocol.Reject(f.Key, err), err
+	}
+	frame, err := e.mutate(ctx, p, origin, f)
+	if err != nil {
+		e.stats.mutationsRejected.Add(1)
+		return protocol.Reject(f.Key, err), err
+	}
+	e.stats.mutationsApplied.Add(1)
+	return frame, nil
+}
+
+// mutate runs a validated mutate frame and returns its ack, or the refusal.
+func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
+	if e.Draining() {
+		return nil, ErrDraining
+	}
+	if err := e.awaitReady(ctx); err != nil {
+		return nil, ErrorFor(err)
+	}
+	r := e.resource(f.Resource)
+	if r == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(f.Resource, 64))
+	}
+	m := e.mutatorOf(r, f.Name)
+	if m == nil {
+		return nil, protocol.Errorf(protocol.CodeUnknownMutator, "resource %s has no mutator %q", r.schema.Name, protocol.Truncate(f.Name, 64))
+	}
+	args, err := m.decode(f.Args)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgs, "%s.%s: %v", r.schema.Name, f.Name, err)
+	}
+	if err := e.authorizeMutation(ctx, m, p, args); err != nil {
+		return nil, protocol.Errorf(deniedCode(err), "%s.%s: %v", r.schema.Name, f.Name, err)
+	}
+	t, ok := e.feed.(feed.Transactor)
+	if !ok {
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "this server's change feed cannot run mutators")
+	}
+	id := feed.MutationID{Principal: p.ID, Origin: origin, Key: f.Key, At: time.UnixMilli(f.At)}
+	result, replayed, err := t.Transact(ctx, id, func(ctx context.Context, ftx feed.Tx) ([]byte, error) {
+		tx := &Tx{e: e, ftx: ftx, p: p, origin: origin}
+		if err := runMutator(ctx, m, tx, args); err != nil {
+			return nil, failed{err}
+		}
+		return tx.entries, nil
+	})
+	var mf failed
+	switch {
+	case err == nil:
+	case errors.Is(err, feed.ErrKeyExpired):
+		return nil, protocol.Errorf(protocol.CodeKeyExpired, "%v", err)
+	case errors.As(err, &mf) && errors.Is(err, ErrConflict):
+		return nil, protocol.Errorf(protocol.CodeConflict, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
+	case errors.As(err, &mf) && errors.Is(err, ErrInvalidArgs):
+		return nil, protocol.Errorf(protocol.CodeInvalidArgs, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
+	case errors.As(err, &mf):
+		e.cfg.Logger.Warn("tide: mutator failed", "resource", r.schema.Name, "mutator", f.Name, "err", mf.err)
+		return nil, protocol.Errorf(protocol.CodeMutatorFailed, "%s.%s failed", r.schema.Name, f.Name)
+	default:
+		e.cfg.Logger.Error("tide: mutation not applied: the feed failed", "resource", r.schema.Name, "mutator", f.Name, "err", err)
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
+	}
+	// Head covers the committed writes: a subscription whose cursor reaches
+	// it reflects them.
+	head, err := e.head(ctx)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
+	}
+	return protocol.Ack(f.Key, e.cursorString(head), result, replayed), nil
+}
+
+// authorizeMutation runs the mutator's policy, denying when it has none or
+// when it panics.
+func (e *Engine) authorizeMutation(ctx context.Context, m *mutator, p authz.Principal, args any) (err error) {
+	if m.authorize == nil {
+		return fmt.Errorf("%w: the mutator has no policy", authz.ErrForbidden)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			e.cfg.Logger.Error("tide: mutator policy panicked", "panic", v)
+			err = fmt.Errorf("%w: the policy failed", authz.ErrForbidden)
+		}
+	}()
+	return m.authorize(ctx, p, args)
+}
+
+// deniedCode is the reject code of a policy's refusal.
+func deniedCode(err error) protocol.Code {
+	if errors.Is(err, authz.ErrUnauthenticated) {
+		return protocol.CodeUnauthenticated
+	}
+	return protocol.CodeForbidden
+}
+
+// runMutator runs the mutator, turning a panic into an error.
+func runMutator(ctx context.Context, m *mutator, tx *Tx, args any) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return m.run(ctx, tx, args)
+}
+
+// mutations is a connection's queue of mutate frames, run one at a time in
+// arrival order by a goroutine that exists only while the queue is not
+// empty. Guarded by conn.mu.
+type mutations struct {
+	queue   []protocol.ClientFrame
+	running bool
+}
+
+// maxQueuedMutations bounds a connection's queue; a mutate frame beyond it
+// is rejected with rate_limited (resend it later, with the same key).
+const maxQueuedMutations = 256
+
+// mutate queues a mutate frame.
+func (c *conn) mutate(f protocol.ClientFrame) {
+	c.mu.Lock()
+	if len(c.muts.queue) >= maxQueuedMutations {
+		c.mu.Unlock()
+		c.sendFrame(protocol.Reject(f.Key, protocol.Errorf(protocol.CodeRateLimited, "at most %d mutations may wait on one connection", maxQueuedMutations)))
+		return
+	}
+	c.muts.queue = append(c.muts.queue, f)
+	start := !c.muts.running
+	if start {
+		c.muts.running = true
+		c.e.wg.Add(1)
+	}
+	c.mu.Unlock()
+	if start {
+		go c.mutateLoop()
+	}
+}
+
+// mutateLoop runs queued mutations in order until the queue is empty or
+// the connection ends (a client resends what was not answered).
+func (c *conn) mutateLoop() {
+	defer c.e.wg.Done()
+	for {
+		c.mu.Lock()
+		if len(c.muts.queue) == 0 || c.closing {
+			c.muts.queue, c.muts.running = nil, false
+			c.mu.Unlock()
+			return
+		}
+		f := c.muts.queue[0]
+		c.muts.queue = c.muts.queue[1:]
+		c.mu.Unlock()
+		frame, _ := c.e.Mutate(c.e.ctx, c.currentPrincipal(), c.origin, f)
+		c.sendFrame(frame)
+	}
+}

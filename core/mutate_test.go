@@ -1,0 +1,300 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
+)
+
+type addArgs struct {
+	ID        string `json:"id"`
+	ProjectID string `json:"project_id"`
+	Title     string `json:"title"`
+}
+
+// memberOf allows a principal to write the projects of its "projects" claim.
+func memberOf(_ context.Context, p authz.Principal, a addArgs) error {
+	if p.IsAnonymous() {
+		return authz.ErrUnauthenticated
+	}
+	for _, pr := range p.Strings("projects") {
+		if pr == a.ProjectID {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: not a member of %s", authz.ErrForbidden, a.ProjectID)
+}
+
+// addMutators declares todos.add (counting its runs), todos.fail and
+// todos.conflict, and todos.open (no policy).
+func addMutators(t *testing.T, s *server) *atomic.Int64 {
+	t.Helper()
+	var runs atomic.Int64
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(core.AddMutator(s.todos, "add", core.Mutator[addArgs]{
+		Authorize: memberOf,
+		Run: func(ctx context.Context, tx *core.Tx, a addArgs) error {
+			runs.Add(1)
+			if a.Title == "" {
+				return fmt.Errorf("%w: a todo needs a title", core.ErrInvalidArgs)
+			}
+			return s.todos.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: a.ProjectID, Title: a.Title})
+		},
+	}))
+	must(core.AddMutator(s.todos, "conflict", core.Mutator[addArgs]{
+		Authorize: memberOf,
+		Run: func(ctx context.Context, tx *core.Tx, a addArgs) error {
+			if err := s.todos.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: a.ProjectID, Title: "written, then rolled back"}); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: %s is taken", core.ErrConflict, a.Title)
+		},
+	}))
+	must(core.AddMutator(s.todos, "fail", core.Mutator[addArgs]{
+		Authorize: memberOf,
+		Run: func(ctx context.Context, tx *core.Tx, a addArgs) error {
+			if err := s.todos.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: a.ProjectID, Title: "rolled back"}); err != nil {
+				return err
+			}
+			panic("the mutator broke")
+		},
+	}))
+	must(core.AddMutator(s.todos, "open", core.Mutator[addArgs]{
+		Run: func(ctx context.Context, tx *core.Tx, a addArgs) error { return nil },
+	}))
+	return &runs
+}
+
+func mutateFrame(key, name string, args any, at time.Time) map[string]any {
+	return map[string]any{"v": 1, "type": "mutate", "key": key, "seq": 1, "resource": "todos", "name": name, "args": args, "at": at.UnixMilli()}
+}
+
+// TestMutateAckAndSubscriber: an applied mutation is acked with its rows and
+// a cursor, and the row reaches a subscriber of its scope, with the
+// writer's origin.
+func TestMutateAckAndSubscriber(t *testing.T) {
+	s := newServer(t, core.Config{})
+	runs := addMutators(t, s)
+	sub := s.dial(t, "bob", "p7")
+	sub.hello()
+	sub.Subscribe("s", "todos", map[string]any{"project_id": "p7"})
+	sub.Collect("s")
+
+	c := s.dial(t, "alice", "p7")
+	c.Hello(protocol.ClientFrame{Origin: "alice-phone"})
+	c.Send(mutateFrame("k1", "add", addArgs{ID: "t1", ProjectID: "p7", Title: "ship"}, time.Now()))
+	ack := c.Expect(protocol.FrameAck)
+	if ack.Key != "k1" || ack.Replayed || len(ack.Entries) != 1 {
+		t.Fatalf("ack %+v", ack)
+	}
+	e := ack.Entries[0]
+	if e.Op != "upsert" || e.Key != "t1" || e.Resource != "todos" || e.Origin != "alice-phone" {
+		t.Fatalf("ack entry %+v", e)
+	}
+	if _, err := protocol.ParseCursor(ack.Cursor); err != nil {
+		t.Fatalf("ack cursor %q: %v", ack.Cursor, err)
+	}
+	live := sub.Expect(protocol.FrameChanges)
+	if len(live.Entries) != 1 || live.Entries[0].Key != "t1" || live.Entries[0].Origin != "alice-phone" {
+		t.Fatalf("subscriber got %+v", live)
+	}
+	if live.Cursor != ack.Cursor {
+		t.Fatalf("the subscriber's cursor %s is not the ack's %s", live.Cursor, ack.Cursor)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("mutator ran %d times", runs.Load())
+	}
+}
+
+// TestMutateResendIsReplayed: a key sent again, on the same connection or
+// another one of the same principal and origin, returns the recorded ack
+// without running the mutator; another origin's key of the same text is
+// its own mutation.
+func TestMutateResendIsReplayed(t *testing.T) {
+	s := newServer(t, core.Config{})
+	runs := addMutators(t, s)
+	at := time.Now()
+	args := addArgs{ID: "t1", ProjectID: "p7", Title: "once"}
+	c := s.dial(t, "alice", "p7")
+	c.Hello(protocol.ClientFrame{Origin: "o1"})
+	c.Send(mutateFrame("k1", "add", args, at))
+	first := c.Expect(protocol.FrameAck)
+	c.Send(mutateFrame("k1", "add", args, at))
+	again := c.Expect(protocol.FrameAck)
+	if !again.Replayed || len(again.Entries) != 1 || string(again.Entries[0].Row) != string(first.Entries[0].Row) {
+		t.Fatalf("resend: %+v, first %+v", again, first)
+	}
+	c.Close()
+
+	c2 := s.dial(t, "alice", "p7")
+	c2.Hello(protocol.ClientFrame{Origin: "o1"})
+	c2.Send(mutateFrame("k1", "add", args, at))
+	if f := c2.Expect(protocol.FrameAck); !f.Replayed {
+		t.Fatalf("resend after reconnect ran again: %+v", f)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("mutator ran %d times for one key", runs.Load())
+	}
+	other := s.dial(t, "alice", "p7")
+	other.Hello(protocol.ClientFrame{Origin: "o2"})
+	other.Send(mutateFrame("k1", "add", args, at))
+	if f := other.Expect(protocol.FrameAck); f.Replayed {
+		t.Fatalf("another device's key was taken for this one's: %+v", f)
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("mutator ran %d times, want 2", runs.Load())
+	}
+}
+
+// TestMutateRefusals: each refusal is a reject with its code, the
+// connection keeps serving, and nothing is written.
+func TestMutateRefusals(t *testing.T) {
+	s := newServer(t, core.Config{})
+	addMutators(t, s)
+	ok := addArgs{ID: "t9", ProjectID: "p7", Title: "x"}
+	for _, tt := range []struct {
+		name  string
+		frame any
+		code  protocol.Code
+	}{
+		{"unknown resource", map[string]any{"v": 1, "type": "mutate", "key": "r1", "resource": "nope", "name": "add", "at": time.Now().UnixMilli()}, protocol.CodeUnknownResource},
+		{"unknown mutator", mutateFrame("r2", "explode", ok, time.Now()), protocol.CodeUnknownMutator},
+		{"args of the wrong type", mutateFrame("r3", "add", map[string]any{"title": 7}, time.Now()), protocol.CodeInvalidArgs},
+		{"args not an object", mutateFrame("r4", "add", []int{1}, time.Now()), protocol.CodeInvalidArgs},
+		{"invalid by the mutator", mutateFrame("r5", "add", addArgs{ID: "t9", ProjectID: "p7"}, time.Now()), protocol.CodeInvalidArgs},
+		{"policy refuses", mutateFrame("r6", "add", addArgs{ID: "t9", ProjectID: "p9", Title: "x"}, time.Now()), protocol.CodeForbidden},
+		{"no policy", mutateFrame("r7", "open", ok, time.Now()), protocol.CodeForbidden},
+		{"conflict", mutateFrame("r8", "conflict", ok, time.Now()), protocol.CodeConflict},
+		{"mutator panics", mutateFrame("r9", "fail", ok, time.Now()), protocol.CodeMutatorFailed},
+		{"older than key retention", mutateFrame("r10", "add", ok, time.Now().Add(-30*24*time.Hour)), protocol.CodeKeyExpired},
+		{"missing at", map[string]any{"v": 1, "type": "mutate", "key": "r11", "resource": "todos", "name": "add"}, protocol.CodeBadFrame},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := s.dial(t, "alice", "p7")
+			c.hello()
+			c.Send(tt.frame)
+			f := c.Expect(protocol.FrameReject)
+			if f.Code != tt.code || f.Key == "" {
+				t.Fatalf("reject %+v, want code %s", f, tt.code)
+			}
+			c.Probe() // still serving
+		})
+	}
+	rows, err := s.todos.Rows(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 0 {
+		t.Fatalf("refused mutations wrote %+v", rows)
+	}
+	if st := s.e.Stats(); st.MutationsRejected < 10 {
+		t.Fatalf("stats count %d rejections", st.MutationsRejected)
+	}
+}
+
+// TestMutateConcurrentSameKey: the same key sent at once on several
+// connections runs the mutator once; every answer is an ack.
+func TestMutateConcurrentSameKey(t *testing.T) {
+	s := newServer(t, core.Config{})
+	runs := addMutators(t, s)
+	at := time.Now()
+	const n = 8
+	conns := make([]*wsClient, n)
+	for i := range conns {
+		conns[i] = s.dial(t, "alice", "p7")
+		conns[i].Hello(protocol.ClientFrame{Origin: "o1"})
+	}
+	var wg sync.WaitGroup
+	acks := make([]protocol.ServerFrame, n)
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Send(mutateFrame("same", "add", addArgs{ID: "t1", ProjectID: "p7", Title: "once"}, at))
+			acks[i] = c.Expect(protocol.FrameAck)
+		}()
+	}
+	wg.Wait()
+	replayed := 0
+	for _, a := range acks {
+		if a.Replayed {
+			replayed++
+		}
+	}
+	if runs.Load() != 1 || replayed != n-1 {
+		t.Fatalf("mutator ran %d times; %d of %d acks replayed", runs.Load(), replayed, n)
+	}
+}
+
+// TestMutateInOrder: the mutations of one connection run in the order they
+// were sent.
+func TestMutateInOrder(t *testing.T) {
+	s := newServer(t, core.Config{})
+	var order []string
+	var mu sync.Mutex
+	if err := core.AddMutator(s.todos, "note", core.Mutator[addArgs]{
+		Authorize: memberOf,
+		Run: func(ctx context.Context, tx *core.Tx, a addArgs) error {
+			mu.Lock()
+			order = append(order, a.Title)
+			mu.Unlock()
+			return nil
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := s.dial(t, "alice", "p7")
+	c.hello()
+	const n = 50
+	for i := range n {
+		c.Send(mutateFrame(fmt.Sprint("k", i), "note", addArgs{ProjectID: "p7", Title: fmt.Sprint(i)}, time.Now()))
+	}
+	for i := range n {
+		if f := c.Expect(protocol.FrameAck); f.Key != fmt.Sprint("k", i) {
+			t.Fatalf("ack %d is for %s", i, f.Key)
+		}
+	}
+	for i, v := range order {
+		if v != fmt.Sprint(i) {
+			t.Fatalf("ran in order %v", order)
+		}
+	}
+}
+
+// TestMutatorDeclarations: bad declarations are refused.
+func TestMutatorDeclarations(t *testing.T) {
+	s := newServer(t, core.Config{})
+	run := func(context.Context, *core.Tx, addArgs) error { return nil }
+	for _, tt := range []struct {
+		name string
+		m    core.Mutator[addArgs]
+	}{
+		{"Bad-Name", core.Mutator[addArgs]{Run: run}},
+		{"", core.Mutator[addArgs]{Run: run}},
+		{"norun", core.Mutator[addArgs]{}},
+	} {
+		if err := core.AddMutator(s.todos, tt.name, tt.m); !errors.Is(err, core.ErrInvalidResource) {
+			t.Errorf("AddMutator(%q) = %v", tt.name, err)
+		}
+	}
+	if err := core.AddMutator(s.todos, "dup", core.Mutator[addArgs]{Run: run}); err != nil {
+		t.Fatal(err)
+	}
+	if err := core.AddMutator(s.todos, "dup", core.Mutator[addArgs]{Run: run}); !errors.Is(err, core.ErrInvalidResource) {
+		t.Errorf("duplicate AddMutator = %v", err)
+	}
+}
+
