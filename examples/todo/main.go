@@ -91,6 +91,9 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 		return err
 	}
 	app.todos = todos
+	if err := app.addMutators(); err != nil {
+		return err
+	}
 	if pf, ok := cfg.Feed.(*pgfeed.Feed); ok {
 		// Install tide's schema and the capture of every resource: safe on
 		// every boot, and from several nodes at once.
