@@ -340,3 +340,16 @@ func TestUnusableCursorsReset(t *testing.T) {
 		}
 	}
 }
+
+// TestDenialNamesTheScope: a bare authz.ErrForbidden from a policy reaches
+// the client naming the resource and the conditions it asked for.
+func TestDenialNamesTheScope(t *testing.T) {
+	s := newServer(t, core.Config{})
+	c := s.dial(t, "alice", "p7")
+	c.hello()
+	c.Subscribe("s", "todos", map[string]any{"project_id": map[string]any{"in": []string{"p9", "p8"}}})
+	f := c.ExpectErrorFor("s", protocol.CodeForbidden)
+	if want := "todos where project_id in (p8, p9)"; !strings.Contains(f.Message, want) {
+		t.Fatalf("message %q does not name %q", f.Message, want)
+	}
+}

@@ -297,3 +297,4 @@ func TestMutatorDeclarations(t *testing.T) {
 		t.Errorf("duplicate AddMutator = %v", err)
 	}
 }
+

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync/atomic"
 
 	"github.com/tidesync/tide/authz"
@@ -182,9 +183,44 @@ func (r *resource) authorize(ctx context.Context, p authz.Principal, sc feed.Sco
 	case err == nil:
 		return nil
 	case errors.Is(err, authz.ErrUnauthenticated) || errors.Is(err, authz.ErrForbidden):
-		return err
+		// Name what was refused: the resource and conditions are the
+		// caller's own request, so this tells it nothing new.
+		return fmt.Errorf("%s: %w", describeScope(sc), err)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
 	return fmt.Errorf("policy: %w", err)
+}
+
+// describeScope renders a scope as a client asked for it, for messages:
+// "todos where project_id = p7".
+func describeScope(sc feed.Scope) string {
+	var b strings.Builder
+	b.WriteString(sc.Schema.Name)
+	for i, c := range sc.Conds {
+		if i == 0 {
+			b.WriteString(" where ")
+		} else {
+			b.WriteString(" and ")
+		}
+		b.WriteString(sc.Schema.ScopeColumn(c.Col).Name)
+		if len(c.Values) == 1 {
+			b.WriteString(" = ")
+			b.WriteString(protocol.Truncate(c.Values[0], 64))
+		} else {
+			b.WriteString(" in (")
+			for j, v := range c.Values {
+				if j > 0 {
+					b.WriteString(", ")
+				}
+				if j == 8 {
+					b.WriteString("…")
+					break
+				}
+				b.WriteString(protocol.Truncate(v, 64))
+			}
+			b.WriteString(")")
+		}
+	}
+	return b.String()
 }
