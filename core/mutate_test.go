@@ -297,4 +297,3 @@ func TestMutatorDeclarations(t *testing.T) {
 		t.Errorf("duplicate AddMutator = %v", err)
 	}
 }
-
