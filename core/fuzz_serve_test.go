@@ -79,7 +79,7 @@ func FuzzServeFrame(f *testing.F) {
 		}
 		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"v":1,"type":"unsubscribe","id":"`+id+`"}`))
 		for {
-			_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second)) // a failure bound only
+			_ = ws.SetReadDeadline(time.Now().Add(60 * time.Second)) // a failure bound only
 			_, data, err := ws.ReadMessage()
 			if err != nil {
 				var ce *websocket.CloseError
