@@ -49,7 +49,7 @@ func newAuthEnv(t *testing.T, res core.Resource[todo]) *authEnv {
 	}
 	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := e.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)

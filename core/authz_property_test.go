@@ -533,7 +533,7 @@ func newPropWorld(t *testing.T, rng *rand.Rand) *propWorld {
 			c.ws.Close()
 			<-c.done
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := e.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)

@@ -69,7 +69,7 @@ func newServer(t *testing.T, cfg core.Config) *server {
 	h := middleware.Handler(e, middleware.WithPrincipal(headerPrincipal))
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := e.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)

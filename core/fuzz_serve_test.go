@@ -64,8 +64,8 @@ func FuzzServeFrame(f *testing.F) {
 		defer mu.Unlock()
 		if conn == nil {
 			conn = tidetest.Dial(t, url, tidetest.WithHeader("X-User", "u"), tidetest.WithHeader("X-Projects", "p7,p8"),
-				tidetest.WithTimeout(10*time.Second), // a failure bound only
-				tidetest.WithoutCleanup())            // it outlives this input; f.Cleanup closes it
+				tidetest.WithTimeout(time.Minute), // a failure bound only
+				tidetest.WithoutCleanup())         // it outlives this input; f.Cleanup closes it
 			conn.Send(tidetest.HelloFrame(protocol.ClientFrame{}))
 		}
 		c := conn.For(t)

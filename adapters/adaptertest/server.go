@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,14 +27,35 @@ type server struct {
 }
 
 // start serves the app build makes on loopback, wrapped in wrap if not nil.
+//
+// Every request the server handles has returned before the test ends: the
+// server's Close does not wait for hijacked connections, so a WebSocket
+// handler (and the framework's request logger, which calls t.Log after
+// it) could otherwise still run after the test, racing with its end.
 func start(t *testing.T, build Factory, wrap func(http.Handler) http.Handler) *server {
 	t.Helper()
+	var handlers sync.WaitGroup
+	t.Cleanup(func() { // registered first, so it runs last: after the engine's shutdown has closed every socket
+		done := make(chan struct{})
+		go func() { handlers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute): // a real hang only
+			t.Error("the app's handlers were still running a minute after the server closed")
+			<-done
+		}
+	})
 	app := newApp(t)
 	h := build(t, app)
 	if wrap != nil {
 		h = wrap(h)
 	}
-	srv := httptest.NewServer(h)
+	inner := h
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handlers.Add(1)
+		defer handlers.Done()
+		inner.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close) // before the engine's shutdown, which newApp registered first
 	return &server{t: t, app: app, srv: srv, url: srv.URL, ws: "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"}
 }
