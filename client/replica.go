@@ -24,8 +24,9 @@ import (
 // others is recomputing the view, so the rebase on an ack for key K — roll
 // back K and every later write newest-first, land the server's rows under
 // K's strategy, replay the rest in sequence order — is: take K out, put its
-// landed rows after everything that stays beneath it, and put the later
-// pending writes back on top. Every function here is pure bookkeeping; the
+// landed rows after everything that stays beneath it (earlier pending
+// writes, and landed results, kept in the order of their ack cursors), and
+// put the later pending writes back on top. Every function here is pure bookkeeping; the
 // Client serializes calls (Client.lmu) and persists the results.
 
 // scopeCopy is the local copy of one synced scope.
@@ -227,6 +228,14 @@ func (r *replica) ack(key, cursor string, entries []protocol.Entry) (it *logItem
 		}
 	}
 	beneath := slices.Concat(prefix, landedRest)
+	// Landed results stay in server order: K's goes beneath those of later
+	// commits (an ack that arrives late, e.g. after a resend), never
+	// beneath a pending write.
+	pos := len(beneath)
+	for pos > 0 && beneath[pos-1].acked && newer(beneath[pos-1].cursor, cursor) {
+		pos--
+	}
+	under := beneath[:pos]
 
 	strategy := it.strategy
 	if strategy == nil {
@@ -245,7 +254,7 @@ func (r *replica) ack(key, cursor string, entries []protocol.Entry) (it *logItem
 		}
 		row := server
 		if local, ok := lastOp(it.ops, e.Resource, e.Key); ok {
-			base := r.lookup(e.Resource, e.Key, beneath)
+			base := r.lookup(e.Resource, e.Key, under)
 			res, err := strategy.Resolve(local, base, server)
 			if err == nil && res != nil {
 				res, err = normRow(res)
@@ -269,7 +278,7 @@ func (r *replica) ack(key, cursor string, entries []protocol.Entry) (it *logItem
 	}
 	it.ops = append(kept, landed...)
 	it.acked, it.cursor = true, cursor
-	r.log = slices.Concat(beneath, []*logItem{it}, pendingRest)
+	r.log = slices.Concat(beneath[:pos], []*logItem{it}, beneath[pos:], pendingRest)
 	return it, known, conflicts
 }
 
