@@ -170,11 +170,13 @@ func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.Serve
 	}
 	sc.base, sc.cursor = base, cursor
 	var qerr error
-	if len(c.rep.settle()) > 0 {
+	settled := c.rep.settle()
+	if len(settled) > 0 {
 		qerr = c.saveQueueLocked(ctx)
 	}
 	c.rep.refresh(nil)
 	c.lmu.Unlock()
+	settleHandles(settled)
 	inst.needReset = false
 	if qerr != nil {
 		s.queueError(qerr)

@@ -85,11 +85,12 @@ func (tx *LocalTx) Delete(resource, key string) {
 // PendingMutation is the handle of a mutation from Mutate until the
 // server answers it. It is safe for concurrent use.
 type PendingMutation struct {
-	key  string
-	seq  int64
-	done chan struct{}
-	res  Result
-	err  error
+	key     string
+	seq     int64
+	done    chan struct{}
+	settled chan struct{}
+	res     Result
+	err     error
 }
 
 // Result is the server's acknowledgement of a mutation.
@@ -114,6 +115,23 @@ func (p *PendingMutation) Seq() int64 { return p.seq }
 
 // Done is closed once the server has answered the mutation.
 func (p *PendingMutation) Done() <-chan struct{} { return p.done }
+
+// Settled is closed once the mutation has left the log: rejected, or
+// acknowledged and its rows reached by the subscriptions covering them, so
+// the local copy shows the server's rows.
+func (p *PendingMutation) Settled() <-chan struct{} { return p.settled }
+
+func (p *PendingMutation) settle() {
+	select {
+	case <-p.settled:
+	default:
+		close(p.settled)
+	}
+}
+
+func newHandle(key string, seq int64) *PendingMutation {
+	return &PendingMutation{key: key, seq: seq, done: make(chan struct{}), settled: make(chan struct{})}
+}
 
 // Wait blocks until the server answers the mutation, or ctx ends. It
 // returns the Result of an ack; a *RejectError for a reject (the
@@ -224,7 +242,7 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (*PendingMutation, erro
 		}
 	}
 	tx.r = nil
-	h := &PendingMutation{key: key, seq: c.rep.seq + 1, done: make(chan struct{})}
+	h := newHandle(key, c.rep.seq+1)
 	it := &logItem{
 		key: key, seq: h.seq, resource: m.Resource, name: m.Name, args: args,
 		at: time.Now().UnixMilli(), strategy: strategy, strategyName: strategyName(strategy),
@@ -292,7 +310,7 @@ func (c *Client) loadQueue(ctx context.Context) error {
 	}
 	c.rep.seq = q.Seq
 	for _, m := range q.Mutations {
-		h := &PendingMutation{key: m.Key, seq: m.Seq, done: make(chan struct{})}
+		h := newHandle(m.Key, m.Seq)
 		it := &logItem{
 			key: m.Key, seq: m.Seq, resource: m.Resource, name: m.Name, args: m.Args, at: m.At,
 			strategy: strategyFromName(m.Strategy), strategyName: m.Strategy,
@@ -347,7 +365,7 @@ func (s *session) onAck(ctx context.Context, f protocol.ServerFrame) {
 		c.lmu.Unlock()
 		return
 	}
-	c.rep.settle()
+	settled := c.rep.settle()
 	c.rep.refresh(nil)
 	err := c.saveQueueLocked(ctx)
 	c.lmu.Unlock()
@@ -368,6 +386,7 @@ func (s *session) onAck(ctx context.Context, f protocol.ServerFrame) {
 	if it.handle != nil {
 		it.handle.resolve(Result{Key: f.Key, Cursor: f.Cursor, Replayed: f.Replayed, Entries: f.Entries}, cerr)
 	}
+	settleHandles(settled)
 }
 
 // onReject rolls back a rejected mutation, or schedules its resend when
@@ -409,6 +428,18 @@ func (s *session) onReject(ctx context.Context, f protocol.ServerFrame) {
 	c.emit(Event{Kind: EventMutationRejected, Key: f.Key, Code: f.Code, Message: f.Message})
 	if it.handle != nil {
 		it.handle.resolve(Result{Key: f.Key}, &RejectError{Key: f.Key, Code: f.Code, Message: f.Message})
+		it.handle.settle()
+	}
+}
+
+// settleHandles closes the Settled channels of items that left the log,
+// once their Wait is answered.
+func settleHandles(items []*logItem) {
+	for _, it := range items {
+		if it.handle != nil {
+			it.handle.resolve(Result{Key: it.key, Cursor: it.cursor}, nil)
+			it.handle.settle()
+		}
 	}
 }
 

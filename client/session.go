@@ -401,6 +401,9 @@ func (s *session) subscribe(ctx context.Context, st *scopeState) {
 	inst := &subInst{st: st, sess: s, id: strconv.FormatUint(c.nextID, 10), needReset: cursor == ""}
 	s.ids[inst.id] = inst
 	st.inst = inst
+	if st.state != SubConnecting {
+		st.setStateLocked(SubConnecting, nil) // a failed scope is tried again; Err stays until it catches up
+	}
 	c.mu.Unlock()
 	c.log.Debug("tide client: subscribe", "scope", st.scope, "id", inst.id, "cursor", cursor)
 	_ = s.writeLocked(protocol.ClientFrame{

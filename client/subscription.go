@@ -127,11 +127,13 @@ func (c *Client) subscribe(s Scope, h Handler) (*Subscription, error) {
 	if st.copy != nil {
 		c.lmu.Lock()
 		c.rep.scopes[n.digest] = st.copy
-		if len(c.rep.settle()) > 0 {
+		settled := c.rep.settle()
+		if len(settled) > 0 {
 			_ = c.saveQueueLocked(context.Background()) // best effort: settling again later is harmless
 		}
 		c.rep.refresh([]string{n.resource})
 		c.lmu.Unlock()
+		settleHandles(settled)
 	}
 	if sess != nil {
 		sess.subscribe(context.Background(), st)
