@@ -24,7 +24,7 @@ func (s *session) apply(ctx context.Context, inst *subInst, f protocol.ServerFra
 			s.protocolError(st, fmt.Errorf("changes frame for subscription %s has no cursor", f.ID))
 			return
 		}
-		entries, err := s.entries(st, f.Entries)
+		entries, err := s.entries(inst, f.Entries)
 		if err != nil {
 			s.protocolError(st, fmt.Errorf("subscription %s (%s): %w", f.ID, st.scope, err))
 			return
@@ -43,6 +43,17 @@ func (s *session) apply(ctx context.Context, inst *subInst, f protocol.ServerFra
 		}
 	}
 
+	if f.Type != protocol.FrameCaughtUp {
+		c.mu.Lock()
+		if s.currentLocked(inst) && st.state != SubLive {
+			st.setStateLocked(SubCatchingUp, nil)
+		}
+		c.mu.Unlock()
+	}
+	if st.copy != nil {
+		s.applySync(ctx, inst, f, b)
+		return
+	}
 	if err := st.handler.Apply(ctx, b); err != nil {
 		if ctx.Err() != nil {
 			return // Run is ending; nothing was persisted
@@ -95,18 +106,102 @@ func (s *session) apply(ctx context.Context, inst *subInst, f protocol.ServerFra
 		c.log.Info("tide client: scope reset by the server", "scope", st.scope, "reason", f.Reason)
 		c.emit(Event{Kind: EventReset, Scope: st.scope, SubscriptionID: inst.id, Reason: string(f.Reason)})
 	case protocol.FrameCaughtUp:
-		c.mu.Lock()
-		st.retries = 0
-		c.mu.Unlock()
-		c.emit(Event{Kind: EventCaughtUp, Scope: st.scope, SubscriptionID: inst.id, Cursor: f.Cursor})
+		s.caughtUp(inst, f)
 	}
 }
 
-// entries checks and filters a frame's entries for st: an entry without a
-// resource gets st's, an entry of another resource is an error (the
-// protocol asks clients to fail loudly), and entries of this client's own
-// origin are removed.
-func (s *session) entries(st *scopeState, in []protocol.Entry) ([]protocol.Entry, error) {
+// caughtUp marks inst live once its caught-up is persisted.
+func (s *session) caughtUp(inst *subInst, f protocol.ServerFrame) {
+	c, st := s.c, inst.st
+	inst.live = true
+	c.mu.Lock()
+	st.retries = 0
+	if s.currentLocked(inst) {
+		st.setStateLocked(SubLive, nil)
+	}
+	c.mu.Unlock()
+	c.emit(Event{Kind: EventCaughtUp, Scope: st.scope, SubscriptionID: inst.id, Cursor: f.Cursor})
+}
+
+// applySync applies batch b to the client-kept copy of a synced scope:
+// the new rows and the cursor are saved in one record, then installed,
+// and the view is recomputed (one notification if it changed). Settled
+// mutations leave the log.
+func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.ServerFrame, b Batch) {
+	c, st := s.c, inst.st
+	sc := st.copy
+	c.lmu.Lock()
+	base := sc.base
+	if b.Reset || len(b.Entries) > 0 {
+		base = applyBase(sc.base, b.Reset, b.Entries)
+	}
+	cursor := sc.cursor
+	switch {
+	case f.Type == protocol.FrameReset:
+		cursor = ""
+	case b.Reset && !newer(b.Cursor, ""):
+		cursor = ""
+	case b.Reset || newer(b.Cursor, cursor):
+		cursor = b.Cursor
+	}
+	current := func() bool { return s.currentLocked(inst) }
+	persisted := false
+	err := c.persist(context.WithoutCancel(ctx), st, current, func(r *Record) bool {
+		persisted = true
+		r.Copy, r.Rows, r.Cursor = true, base, cursor
+		switch {
+		case f.Type == protocol.FrameCaughtUp:
+			r.State = StateLive
+		case f.Type == protocol.FrameReset:
+			r.State = StateSyncing
+		case r.State != StateLive:
+			r.State = StateSyncing
+		}
+		return true
+	})
+	if err != nil {
+		c.lmu.Unlock()
+		s.storeError(st, err)
+		return
+	}
+	if !persisted {
+		c.lmu.Unlock() // the subscription went stale meanwhile
+		return
+	}
+	sc.base, sc.cursor = base, cursor
+	var qerr error
+	settled := c.rep.settle()
+	if len(settled) > 0 {
+		qerr = c.saveQueueLocked(ctx)
+	}
+	c.rep.refresh(nil)
+	c.lmu.Unlock()
+	settleHandles(settled)
+	inst.needReset = false
+	if qerr != nil {
+		s.queueError(qerr)
+	}
+	switch f.Type {
+	case protocol.FrameReset:
+		c.log.Info("tide client: scope reset by the server", "scope", st.scope, "reason", f.Reason)
+		c.emit(Event{Kind: EventReset, Scope: st.scope, SubscriptionID: inst.id, Reason: string(f.Reason)})
+	case protocol.FrameCaughtUp:
+		s.caughtUp(inst, f)
+	}
+}
+
+// entries checks and filters a frame's entries for inst: an entry without
+// a resource gets the scope's, an entry of another resource is an error
+// (the protocol asks clients to fail loudly). For a Handler's scope, live
+// entries of this client's own origin are removed (the app holds its own
+// writes); catch-up entries are kept whatever their origin, so a write made
+// on the client's behalf while it was away reaches its copy. A synced
+// scope's store takes every entry: an echo of a row the client already
+// shows from its own mutation leaves the rows unchanged and notifies no
+// one.
+func (s *session) entries(inst *subInst, in []protocol.Entry) ([]protocol.Entry, error) {
+	st := inst.st
+	dropOwn := st.copy == nil && inst.live
 	origin := s.c.cfg.Origin
 	out := in[:0]
 	for i := range in {
@@ -118,7 +213,7 @@ func (s *session) entries(st *scopeState, in []protocol.Entry) ([]protocol.Entry
 		default:
 			return nil, fmt.Errorf("entry %d (key %q) is of resource %q, unknown to this subscription of %q", i, e.Key, e.Resource, st.norm.resource)
 		}
-		if e.Origin != "" && e.Origin == origin {
+		if dropOwn && e.Origin != "" && e.Origin == origin {
 			continue
 		}
 		out = append(out, e)

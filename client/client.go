@@ -39,6 +39,12 @@ type Client struct {
 	// that a subscription is still current with the write.
 	storeMu sync.Mutex
 
+	// lmu guards the local store (rep): synced scopes' copies and the
+	// mutation log. Lock order: lmu, then storeMu, then mu.
+	lmu    sync.Mutex
+	rep    *replica
+	qstore QueueStore // nil: the queue lives in memory only
+
 	mu      sync.Mutex
 	running bool
 	scopes  map[string]*scopeState // declared scopes, by digest
@@ -51,13 +57,17 @@ type Client struct {
 type scopeState struct {
 	scope   Scope
 	norm    normScope
-	handler Handler
+	handler Handler    // nil for a synced scope
+	copy    *scopeCopy // the client-kept copy of a synced scope (guarded by Client.lmu); nil with a Handler
 	seq     uint64
 
 	// Guarded by Client.mu.
 	removed bool     // unsubscribed
 	inst    *subInst // its subscription on the current connection, if any
 	retries int      // consecutive retryable server errors since the last caught-up
+	state   SubState
+	err     error         // the server's last refusal, until the next caught-up
+	stateCh chan struct{} // closed and replaced on every state change
 }
 
 func (st *scopeState) newRecord() Record {
@@ -99,13 +109,19 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{
+	c := &Client{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		store:  cfg.Store,
 		dialer: cfg.Dialer,
 		scopes: map[string]*scopeState{},
-	}, nil
+		rep:    newReplica(),
+	}
+	c.qstore, _ = cfg.Store.(QueueStore)
+	if err := c.loadQueue(context.Background()); err != nil {
+		return nil, fmt.Errorf("client: load the mutation queue: %w", err)
+	}
+	return c, nil
 }
 
 // Origin returns the client's origin id: Config.Origin or the random one
@@ -151,7 +167,7 @@ func (c *Client) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		ev := Event{Kind: kind, Err: res.err, CloseCode: res.closeCode, Reason: res.closeText}
-		if res.closeCode != 0 && !res.closeCode.Reconnect() {
+		if c.definitive(res) {
 			c.emit(ev)
 			return &CloseError{Code: res.closeCode, Reason: res.closeText}
 		}
@@ -175,6 +191,21 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
+// definitive reports whether a session's end must end Run: a close with
+// 4000 (version skew), or with 1008 (policy) unless the client can renew its
+// credentials (Config.Token or Config.HeaderFunc) and the connection had
+// been welcomed: a token that expired, or a session that ended, on an
+// established connection is renewed by reconnecting, but credentials
+// obtained afresh for this connection and refused before welcome are
+// final.
+func (c *Client) definitive(res sessionResult) bool {
+	if res.closeCode == 0 || res.closeCode.Reconnect() {
+		return false
+	}
+	renewable := c.cfg.Token != nil || c.cfg.HeaderFunc != nil
+	return res.closeCode != protocol.ClosePolicy || !renewable || !res.welcomed
+}
+
 // Reconnect drops the current connection, as a network failure would; the
 // client then reconnects with backoff and resumes every scope from its
 // stored cursor. Frames received but not yet applied are discarded (they
@@ -190,98 +221,6 @@ func (c *Client) Reconnect() {
 }
 
 var errReconnect = errors.New("client: reconnect requested")
-
-// Subscription is an app's interest in one scope, from Subscribe until
-// Unsubscribe, across connections.
-type Subscription struct {
-	c  *Client
-	st *scopeState
-}
-
-// Subscribe declares interest in scope s, whose batches h applies. It may be
-// called before Run or while Run is active: the scope is subscribed on the
-// current connection, if any, and on every later one, with its stored
-// cursor. Subscribing to an invalid scope (an empty Resource, malformed
-// conditions) or to a scope the client already holds is an error.
-//
-// The scope's record is created in the store if it has none. When there is
-// no stored cursor the first batch has Reset set.
-func (c *Client) Subscribe(s Scope, h Handler) (*Subscription, error) {
-	if h == nil {
-		return nil, errors.New("client: Subscribe: nil Handler")
-	}
-	n, err := s.normalize()
-	if err != nil {
-		return nil, err
-	}
-	st := &scopeState{scope: s, norm: n, handler: h}
-	dup := func() bool { _, ok := c.scopes[n.digest]; return ok }
-	c.mu.Lock()
-	if dup() {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", ErrDuplicateScope, s)
-	}
-	c.mu.Unlock()
-	if err := c.persist(context.Background(), st, nil, func(*Record) bool { return false }); err != nil {
-		return nil, fmt.Errorf("client: Subscribe %s: %w", s, err)
-	}
-	c.mu.Lock()
-	if dup() {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", ErrDuplicateScope, s)
-	}
-	c.seq++
-	st.seq = c.seq
-	c.scopes[n.digest] = st
-	sess := c.sess
-	c.mu.Unlock()
-	if sess != nil {
-		sess.subscribe(context.Background(), st)
-	}
-	return &Subscription{c: c, st: st}, nil
-}
-
-// Scope returns the subscription's scope.
-func (s *Subscription) Scope() Scope { return s.st.scope }
-
-// Unsubscribe ends the subscription: the server is told, frames still in
-// flight for it are ignored, and an Apply already running for it is not
-// persisted. The scope's record is kept, marked unsubscribed, so
-// subscribing to the scope again resumes from its cursor (delete the record
-// from the store to start over). Unsubscribing twice does nothing.
-func (s *Subscription) Unsubscribe() error {
-	c, st := s.c, s.st
-	c.mu.Lock()
-	if st.removed {
-		c.mu.Unlock()
-		return nil
-	}
-	st.removed = true
-	if c.scopes[st.norm.digest] == st {
-		delete(c.scopes, st.norm.digest)
-	}
-	inst := st.inst
-	st.inst = nil
-	if inst != nil {
-		delete(inst.sess.ids, inst.id)
-	}
-	c.mu.Unlock()
-	if inst != nil {
-		_ = inst.sess.write(protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameUnsubscribe, ID: inst.id})
-	}
-	notRedeclared := func() bool { return c.scopes[st.norm.digest] == nil }
-	err := c.persist(context.Background(), st, notRedeclared, func(r *Record) bool {
-		if r.State == StateUnsubscribed {
-			return false
-		}
-		r.State = StateUnsubscribed
-		return true
-	})
-	if err != nil {
-		return fmt.Errorf("client: Unsubscribe %s: %w", st.scope, err)
-	}
-	return nil
-}
 
 // persist updates st's record: under storeMu, if valid (checked under c.mu;
 // nil means always) still holds, it loads the record (a new one if there is

@@ -22,6 +22,14 @@ type Config struct {
 	// Header is sent with every upgrade request, typically the app's
 	// session cookie. Optional.
 	Header http.Header
+	// HeaderFunc, if set, is called before every dial; the fields it
+	// returns are added to Header (replacing fields of the same name). An
+	// app uses it to renew a session cookie: after a policy close (1008) of
+	// an established connection, or a subscription refused as
+	// unauthenticated, the client reconnects and asks it again. An error
+	// fails that connection attempt, which is retried with backoff. It
+	// must honour ctx.
+	HeaderFunc func(ctx context.Context) (http.Header, error)
 	// Build is this client's build id, sent in hello (at most 128 bytes).
 	// A server with another build reports EventUpdateAvailable. Optional.
 	Build string
@@ -30,12 +38,16 @@ type Config struct {
 	// value: a random id generated once per Client (see Client.Origin).
 	Origin string
 	// Token returns a channel token for hello. It is called on every
-	// connect, and again when the server asks for a fresh token. It must
-	// honour ctx. Optional: without it the upgrade's cookie identifies the
-	// caller.
+	// connect, and again when the server asks for a fresh token; it must
+	// return a token valid now (a cache must not hand out an expired
+	// token) and honour ctx. A failure is retried with backoff, never
+	// ending Run (EventTokenError). Optional: without it the upgrade's
+	// cookie identifies the caller.
 	Token func(ctx context.Context) (string, error)
-	// Store persists one record (with the applied cursor) per scope. Zero
-	// value: NewMemoryStore().
+	// Store persists one record (the applied cursor, and the rows of a
+	// synced scope) per scope and, if it is a QueueStore, the offline
+	// queue of mutations. Zero value: NewMemoryStore(). Use NewFileStore to
+	// resume across restarts.
 	Store CursorStore
 	// MinBackoff and MaxBackoff bound the full-jitter exponential backoff
 	// between connection attempts: attempt n waits a random time in

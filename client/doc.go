@@ -1,51 +1,118 @@
 // Package client is tide's Go client and the reference implementation of
 // the wire protocol (docs/protocol.md). Go apps use it to keep a local copy
-// of server-side scopes in sync; tide's own tests use it as the client side
-// of end-to-end tests.
+// of server-side scopes in sync and to write through the server's
+// mutators; tide's own tests use it as the client side of end-to-end
+// tests.
 //
-// A Client holds subscriptions to scopes (a resource plus conditions), keeps
-// one WebSocket connection to the server, and feeds what arrives to each
-// subscription's Handler, one Batch per frame:
+// A Client keeps one WebSocket connection to the server and, for each
+// scope (a resource plus conditions) the app syncs, the scope's rows in its
+// own store:
 //
+//	store, err := client.NewFileStore(path) // or leave Store zero: in memory
+//	if err != nil { ... }
 //	c, err := client.New(client.Config{
-//		URL:    "wss://app.example.com/tide/ws",
-//		Header: http.Header{"Cookie": {session}},
-//		Store:  store, // client.NewFileStore(path) to resume across restarts
+//		URL:   "wss://app.example.com/tide/ws",
+//		Store: store,
+//		HeaderFunc: func(ctx context.Context) (http.Header, error) {
+//			return http.Header{"Cookie": {currentSession()}}, nil
+//		},
 //	})
 //	if err != nil { ... }
-//	todos := client.NewMirror() // or any Handler
-//	if _, err := c.Subscribe(client.Scope{
+//	todos, err := c.Sync(client.Scope{
 //		Resource:   "todos",
 //		Conditions: map[string]any{"project_id": "p7"},
-//	}, todos); err != nil { ... }
+//	})
+//	if err != nil { ... }
 //	go c.Run(ctx) // connects, and reconnects until ctx ends
 //
-//	for key, row := range todos.Rows() {
-//		todo, err := protocol.DecodeRow[Todo](row)
-//		...
+//	if err := todos.Wait(ctx); err != nil { ... } // caught up, or refused (todos.Err())
+//	for {
+//		changed := todos.Changed()
+//		for key, row := range todos.Rows() {
+//			todo, err := protocol.DecodeRow[Todo](row)
+//			...
+//		}
+//		<-changed // once per applied batch or reconcile, never per row
 //	}
+//
+// An app that keeps its own copy can pass a Handler to Subscribe instead,
+// and gets one Batch per frame; the client then keeps only the cursor.
+//
+// # Writes
+//
+// Mutate asks the server to run one of the resource's mutators, and may
+// change the local copy at once (optimistically):
+//
+//	m, err := c.Mutate(ctx, client.Mutation{
+//		Resource: "todos", Name: "rename",
+//		Args: map[string]any{"id": "t1", "title": "ship it"},
+//		Local: func(tx *client.LocalTx) error {
+//			return tx.Upsert("todos", "t1", renamed) // the whole row
+//		},
+//		Strategy: client.LastWriteWins{Field: "updatedAt"},
+//	})
+//	res, err := m.Wait(ctx) // ack, *RejectError, or *ConflictError
+//
+// Each mutation has an idempotency key (generated, or the caller's) and a
+// client sequence number; the server applies a key at most once. Mutations
+// are kept in an offline queue, persisted with the rows in a FileStore,
+// sent in sequence order after the subscriptions of each connection, and
+// resent with their original key and time until answered. When the server
+// acknowledges key K the client rolls back K and every later optimistic
+// write, newest first, lands the server's rows under K's Strategy
+// (ServerWins by default, LastWriteWins, or a Merge of local, base and
+// server rows) and replays the remaining writes in sequence order; a
+// reject rolls K back and replays the rest. Once the subscriptions covering
+// the written rows reach the ack's cursor, the rows are the server's and
+// the mutation leaves Pending (its Settled channel closes). docs/writes.md
+// has a recipe per strategy.
+//
+// # Store file
+//
+// A FileStore is one JSON object, rewritten atomically (temp file, fsync,
+// rename) on every change:
+//
+//	{"version": 1,
+//	 "records": [{"digest": "<scope digest>", "resource": "todos",
+//	              "conditions": {"project_id": "p7"}, "state": "live",
+//	              "cursor": "<cursor>", "copy": true,
+//	              "rows": {"t1": {...row...}}}],
+//	 "queue": {"seq": 7, "mutations": [{"key": "...", "seq": 7,
+//	           "resource": "todos", "name": "rename", "args": {...},
+//	           "at": 1764590000000, "strategy": "server-wins",
+//	           "ops": [{"op": "upsert", "key": "t1", "row": {...}, "resource": "todos"}],
+//	           "acked": false, "cursor": ""}]}}
+//
+// A synced scope's rows and cursor are one record, saved in one write per
+// applied batch, so a restart resumes a complete copy. A record with a
+// cursor but without "copy" is never used to resume a synced scope: it
+// starts over from a snapshot.
 //
 // # Guarantees
 //
 //   - Ordered, serialized applies. Batches are applied one at a time, in the
 //     order the server sent them, on one goroutine; the socket keeps being
 //     read (and pings answered) while a handler is slow. Each changes frame
-//     is one Apply call, however many rows it carries; so are each
-//     caught-up (CaughtUp set) and reset (Reset set).
+//     is one Apply call (or one change of a synced scope's rows), however
+//     many rows it carries; so are each caught-up and reset.
 //   - Monotonic, persisted cursors. Each scope has one Record in the
-//     CursorStore. After Apply returns nil the frame's cursor is saved; a
+//     CursorStore. After a batch is applied its cursor is saved; a
 //     changes frame whose cursor is not ahead of the stored one (a
-//     duplicate, or older) is dropped without calling Apply. Only a reset
-//     moves the stored cursor back (to none).
+//     duplicate, or older) is dropped. Only a reset moves the stored
+//     cursor back (to none).
 //   - Resume without loss. On every (re)connect each scope is subscribed
 //     with its stored cursor, and the server replays what it missed. A
-//     failed Apply is not persisted: the connection is dropped and the
-//     scope resumes from its stored cursor, so the batch comes again.
+//     failed Apply or Save is not persisted: the connection is dropped and
+//     the scope resumes from its stored cursor, so the batch comes again.
 //   - Fresh starts are explicit. When a scope is subscribed without a
 //     cursor (first use, after a reset, after invalid_cursor), the first
-//     batch has Reset set: drop any partial copy.
-//   - No echo. Entries written with this client's origin are removed from
-//     batches; the cursor still advances.
+//     batch has Reset set (a synced scope drops its rows).
+//   - Own writes converge. Catch-up entries are applied whatever their
+//     origin, so a write made for this client while it was away reaches
+//     its copy. Live entries of this client's origin are dropped from a
+//     Handler's batches (the cursor still advances); a synced scope applies
+//     them to its store, where an echo of a row it already shows from its
+//     own mutation changes nothing and notifies no one.
 //   - Loud failures. An entry of a resource the subscription does not
 //     cover, a malformed frame or a failing store is reported (OnEvent) and
 //     drops the connection; nothing is silently applied or skipped.
@@ -55,17 +122,36 @@
 //     not persisted.
 //   - Polite reconnects. Reconnects wait a full-jitter exponential backoff
 //     (random in [0, min(MaxBackoff, MinBackoff·2^attempt)]), reset after
-//     every welcome. Close codes 1008 (policy) and 4000 (version skew) end
-//     Run with a *CloseError instead.
+//     every welcome.
 //
-// Server errors about a subscription are handled as documented on Client.
+// # Failure modes
+//
+// Run returns only when its context ends or on a definitive refusal, as a
+// *CloseError: close 4000 (version skew: update the client), or close 1008
+// (policy) when the client cannot renew its credentials — it has neither
+// Config.Token nor Config.HeaderFunc, or credentials obtained for that very
+// connection were refused before welcome. Everything else is retried:
+//
+//   - The token function failing, for hello or for a refresh, is retried
+//     with backoff (EventTokenError); so is a token identical to the one in
+//     use, which is never sent again (ErrSameToken).
+//   - A token expiring, or a session ending, on an established connection
+//     (1008 after welcome) reconnects with fresh credentials from Token and
+//     HeaderFunc.
+//   - A subscription the server refuses shows in Subscription.State
+//     (SubFailed) and Err (the *protocol.Error with its code); Wait
+//     returns it. unauthenticated, with Token or HeaderFunc set, reconnects
+//     with fresh credentials; other codes are tried again on the next
+//     connection. See Client for each code.
 //
 // # Costs
 //
 // Frames wait for their handler in an unbounded in-memory queue, so a
 // handler slower than the server's push rate grows the client's memory (the
-// server bounds its own side). The client paces the frames it sends below
-// the frame-rate limit the server announces in welcome, so no subscribe is
-// dropped for rate; with tide's defaults an app with up to about 260 scopes
-// subscribes them all at once on connect.
+// server bounds its own side). A synced scope's rows are held in memory and,
+// with a FileStore, the whole file is rewritten for every applied batch:
+// it suits thousands of rows per scope, not millions. The client paces the
+// frames it sends below the frame-rate limit the server announces in
+// welcome, so no subscribe is dropped for rate; with tide's defaults an app
+// with up to about 260 scopes subscribes them all at once on connect.
 package client

@@ -51,9 +51,18 @@ const (
 	// EventTokenRefreshed: the server asked for a fresh token and the client
 	// sent one.
 	EventTokenRefreshed EventKind = "token-refreshed"
-	// EventTokenError: Config.Token failed (Err) when the server asked for a
-	// fresh token.
+	// EventTokenError: Config.Token failed (Err), for hello or when the
+	// server asked for a fresh token, or returned the token already in use
+	// (ErrSameToken). It is retried with backoff (Attempt, Delay for a
+	// refresh); Run goes on.
 	EventTokenError EventKind = "token-error"
+	// EventMutationRejected: the server rejected the mutation Key with
+	// Code and Message. Its local change was rolled back, except for
+	// unavailable and draining, after which the client resends it.
+	EventMutationRejected EventKind = "mutation-rejected"
+	// EventMutationConflict: the Strategy of the mutation Key reported a
+	// conflict (Err, a *ConflictError); the server's row landed.
+	EventMutationConflict EventKind = "mutation-conflict"
 )
 
 // Event reports something that happened to a client's connection or one of
@@ -68,6 +77,7 @@ type Event struct {
 	Reason         string             // EventReset; EventDisconnected: the close reason
 	Build          string             // EventConnected, EventUpdateAvailable
 	Cursor         string             // EventCaughtUp
+	Key            string             // EventMutationRejected, EventMutationConflict: the mutation's key
 	CloseCode      protocol.CloseCode // EventDisconnected, EventConnectFailed: the server's close code, if it sent one
 	Err            error
 	Attempt        int           // EventDisconnected, EventConnectFailed: the retry attempt (0 first)
@@ -82,6 +92,9 @@ func (e Event) String() string {
 	}
 	if e.SubscriptionID != "" {
 		s += " id=" + e.SubscriptionID
+	}
+	if e.Key != "" {
+		s += " key=" + e.Key
 	}
 	if e.Code != "" {
 		s += fmt.Sprintf(" code=%s %q", e.Code, e.Message)

@@ -14,29 +14,36 @@ import (
 	"sync"
 )
 
-// FileStore is a CursorStore kept in one JSON file, so cursors survive a
-// restart of the process. Every Save and Delete rewrites the whole file
+// FileStore is a CursorStore and QueueStore kept in one JSON file, so
+// cursors, the local copies of synced scopes and the offline queue survive a
+// restart of the process. A synced scope's rows and cursor are one Record,
+// written in one Save. Every Save and Delete rewrites the whole file
 // atomically: the new content goes to a temporary file in the same
 // directory, which is synced, renamed over the old file, and the directory
 // synced; a crash leaves either the old or the new file, never a torn one.
 //
 // A FileStore is safe for concurrent use within a process. Two processes
 // (or two FileStores) must not share one file. It suits the tens or
-// hundreds of scopes of an app, not millions: each write costs a file
-// rewrite and an fsync.
+// hundreds of scopes of an app, with copies of thousands of rows, not
+// millions: each write costs a rewrite of the whole file and an fsync.
 type FileStore struct {
 	path string
 
-	mu   sync.Mutex // serializes writes so the file always holds the latest records
-	recs map[string]Record
+	mu    sync.Mutex // serializes writes so the file always holds the latest records
+	recs  map[string]Record
+	queue Queue
 }
 
-// fileFormat is the file's content.
+// fileFormat is the file's content (docs: client/doc.go, "Store file").
 type fileFormat struct {
 	Version int      `json:"version"`
 	Records []Record `json:"records"`
+	Queue   *Queue   `json:"queue,omitempty"`
 }
 
+// fileFormatVersion is the file's format. The rows, copy and queue fields
+// were added to version 1 compatibly: a file without them is a store of
+// cursors only.
 const fileFormatVersion = 1
 
 // NewFileStore opens the store in the file at path, creating nothing until
@@ -55,36 +62,109 @@ func NewFileStore(path string) (*FileStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: open cursor store: %w", err)
 	}
+	recs, q, err := decodeStoreFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("client: cursor store %s: %w", path, err)
+	}
+	s.recs, s.queue = recs, q
+	return s, nil
+}
+
+// errCorrupt wraps every reason decodeStoreFile refuses a file.
+var errCorrupt = errors.New("corrupt store file")
+
+// decodeStoreFile parses a store file. It never panics; a file that is not
+// exactly one store object of a known version is an error.
+func decodeStoreFile(data []byte) (map[string]Record, Queue, error) {
 	var f fileFormat
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("client: cursor store %s is corrupt: %v", path, err)
+		return nil, Queue{}, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("client: cursor store %s is corrupt: data after the JSON object", path)
+		return nil, Queue{}, fmt.Errorf("%w: data after the JSON object", errCorrupt)
 	}
 	if f.Version != fileFormatVersion {
-		return nil, fmt.Errorf("client: cursor store %s has format version %d; this client reads %d", path, f.Version, fileFormatVersion)
+		return nil, Queue{}, fmt.Errorf("format version %d; this client reads %d", f.Version, fileFormatVersion)
 	}
+	recs := make(map[string]Record, len(f.Records))
 	for i, r := range f.Records {
 		if r.Digest == "" {
-			return nil, fmt.Errorf("client: cursor store %s is corrupt: record %d has no digest", path, i)
+			return nil, Queue{}, fmt.Errorf("%w: record %d has no digest", errCorrupt, i)
 		}
-		if _, dup := s.recs[r.Digest]; dup {
-			return nil, fmt.Errorf("client: cursor store %s is corrupt: two records for digest %s", path, r.Digest)
+		if _, dup := recs[r.Digest]; dup {
+			return nil, Queue{}, fmt.Errorf("%w: two records for digest %s", errCorrupt, r.Digest)
 		}
 		if len(r.Conditions) > 0 {
 			// The file is indented; hand conditions back in the compact
 			// form they were saved in.
-			var b bytes.Buffer
-			if err := json.Compact(&b, r.Conditions); err != nil {
-				return nil, fmt.Errorf("client: cursor store %s is corrupt: record %d: %v", path, i, err)
+			c, err := compact(r.Conditions)
+			if err != nil {
+				return nil, Queue{}, fmt.Errorf("%w: record %d: %v", errCorrupt, i, err)
 			}
-			r.Conditions = b.Bytes()
+			r.Conditions = c
 		}
-		s.recs[r.Digest] = r
+		for k, row := range r.Rows {
+			c, err := normRow(row)
+			if err != nil {
+				return nil, Queue{}, fmt.Errorf("%w: record %d: row %q: %v", errCorrupt, i, k, err)
+			}
+			r.Rows[k] = c
+		}
+		recs[r.Digest] = r
 	}
-	return s, nil
+	var q Queue
+	if f.Queue != nil {
+		q = *f.Queue
+	}
+	if q.Seq < 0 {
+		return nil, Queue{}, fmt.Errorf("%w: negative queue seq", errCorrupt)
+	}
+	keys := map[string]bool{}
+	for i := range q.Mutations {
+		m := &q.Mutations[i]
+		if m.Key == "" || keys[m.Key] {
+			return nil, Queue{}, fmt.Errorf("%w: queued mutation %d: missing or repeated key", errCorrupt, i)
+		}
+		keys[m.Key] = true
+		if m.Seq > q.Seq || m.Seq < 0 {
+			return nil, Queue{}, fmt.Errorf("%w: queued mutation %d: seq %d outside [0, %d]", errCorrupt, i, m.Seq, q.Seq)
+		}
+		if len(m.Args) > 0 {
+			c, err := compact(m.Args)
+			if err != nil {
+				return nil, Queue{}, fmt.Errorf("%w: queued mutation %d: args: %v", errCorrupt, i, err)
+			}
+			m.Args = c
+		}
+		for j := range m.Ops {
+			op := &m.Ops[j]
+			switch op.Op {
+			case "upsert":
+				c, err := normRow(op.Row)
+				if err != nil {
+					return nil, Queue{}, fmt.Errorf("%w: queued mutation %d: op %d: %v", errCorrupt, i, j, err)
+				}
+				op.Row = c
+			case "delete":
+				op.Row = nil
+			default:
+				return nil, Queue{}, fmt.Errorf("%w: queued mutation %d: op %d: %q", errCorrupt, i, j, op.Op)
+			}
+			if op.Resource == "" {
+				return nil, Queue{}, fmt.Errorf("%w: queued mutation %d: op %d has no resource", errCorrupt, i, j)
+			}
+		}
+	}
+	return recs, q, nil
+}
+
+func compact(raw json.RawMessage) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // Path returns the store's file.
@@ -109,7 +189,7 @@ func (s *FileStore) Save(_ context.Context, r Record) error {
 	defer s.mu.Unlock()
 	next := maps.Clone(s.recs)
 	next[r.Digest] = cloneRecord(r)
-	if err := s.write(next); err != nil {
+	if err := s.write(next, s.queue); err != nil {
 		return err
 	}
 	s.recs = next
@@ -125,17 +205,39 @@ func (s *FileStore) Delete(_ context.Context, digest string) error {
 	}
 	next := maps.Clone(s.recs)
 	delete(next, digest)
-	if err := s.write(next); err != nil {
+	if err := s.write(next, s.queue); err != nil {
 		return err
 	}
 	s.recs = next
 	return nil
 }
 
-// write replaces the file with recs: temp file, fsync, rename, fsync of
-// the directory. The caller holds s.mu.
-func (s *FileStore) write(recs map[string]Record) (err error) {
+// LoadQueue implements QueueStore.
+func (s *FileStore) LoadQueue(context.Context) (Queue, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cloneQueue(s.queue), nil
+}
+
+// SaveQueue implements QueueStore, with one atomic rewrite of the file.
+func (s *FileStore) SaveQueue(_ context.Context, q Queue) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q = cloneQueue(q)
+	if err := s.write(s.recs, q); err != nil {
+		return err
+	}
+	s.queue = q
+	return nil
+}
+
+// write replaces the file with recs and q: temp file, fsync, rename, fsync
+// of the directory. The caller holds s.mu.
+func (s *FileStore) write(recs map[string]Record, q Queue) (err error) {
 	f := fileFormat{Version: fileFormatVersion, Records: make([]Record, 0, len(recs))}
+	if q.Seq != 0 || len(q.Mutations) > 0 {
+		f.Queue = &q
+	}
 	for _, d := range slices.Sorted(maps.Keys(recs)) {
 		f.Records = append(f.Records, recs[d])
 	}

@@ -11,10 +11,14 @@ import (
 // by primary key. It is safe for concurrent use: the client applies batches
 // while other goroutines read. The zero value is an empty Mirror.
 //
-// A Mirror starts empty, so pair it with a CursorStore that starts empty
-// too (the default MemoryStore of a new Client): resuming from a persisted
-// cursor delivers only what changed since, which an empty Mirror cannot
-// complete.
+// A Mirror starts empty, so it only works with a CursorStore that starts
+// empty too: Subscribe refuses a Mirror with any Store but a MemoryStore
+// (ErrMirrorPersisted), since resuming from a persisted cursor delivers
+// only what changed since, which an empty Mirror cannot complete.
+//
+// Deprecated: use Client.Sync, which keeps the rows in the client's store
+// (persisted with their cursor when the store is a FileStore), shows
+// optimistic mutations, and notifies through Subscription.Changed.
 type Mirror struct {
 	mu      sync.Mutex
 	rows    map[string]json.RawMessage

@@ -233,6 +233,8 @@ func TestSnapshotCursorsOrdering(t *testing.T) {
 	}
 }
 
+// Live pushes of a Handler's scope drop the client's own echo; the cursor
+// still advances.
 func TestOwnOriginDroppedCursorAdvances(t *testing.T) {
 	ctx := testCtx(t)
 	r := newFakeRig(t, Config{Origin: "me"})
@@ -243,32 +245,68 @@ func TestOwnOriginDroppedCursorAdvances(t *testing.T) {
 	fc.handshake(ctx, t)
 	id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 
-	fc.send(t, changes(id, cur(1),
+	fc.send(t, caughtUp(id, cur(1))) // an empty scope; what follows is live
+	fc.send(t, changes(id, cur(2),
 		with(up("a"), "origin", "me"),
 		with(up("b"), "origin", "other"),
 		with(del("c"), "origin", "me"),
 		up("d")))
-	fc.send(t, changes(id, cur(2), with(up("e"), "origin", "me"))) // nothing left but the cursor
-	fc.send(t, caughtUp(id, cur(2)))
-	r.waitCaughtUp(ctx, t, scopeA, cur(2))
+	fc.send(t, changes(id, cur(3), with(up("e"), "origin", "me"))) // nothing left but the cursor
+	fc.send(t, caughtUp(id, cur(3)))
+	r.waitCaughtUp(ctx, t, scopeA, cur(3))
 
 	got := rec.all()
-	if len(got) != 3 {
+	if len(got) != 4 {
 		t.Fatalf("batches:\n%s", describeBatches(got))
 	}
-	if k := batchKeys(got[0]); !slices.Equal(k, []string{"u:b", "u:d"}) {
-		t.Errorf("first batch keys %v, want own-origin entries removed", k)
+	if k := batchKeys(got[1]); !slices.Equal(k, []string{"u:b", "u:d"}) {
+		t.Errorf("first live batch keys %v, want own-origin entries removed", k)
 	}
-	for _, e := range got[0].Entries {
+	for _, e := range got[1].Entries {
 		if e.Resource != "todos" {
 			t.Errorf("entry %s resource = %q, want the scope's", e.Key, e.Resource)
 		}
 	}
-	if len(got[1].Entries) != 0 || got[1].Cursor != cur(2) {
-		t.Errorf("second batch = %+v, want no entries at %s", got[1], cur(2))
+	if len(got[2].Entries) != 0 || got[2].Cursor != cur(3) {
+		t.Errorf("second live batch = %+v, want no entries at %s", got[2], cur(3))
 	}
-	if st := r.record(t, scopeA); st.Cursor != cur(2) {
-		t.Errorf("stored cursor %q, want %q: own-origin frames still advance it", st.Cursor, cur(2))
+	if st := r.record(t, scopeA); st.Cursor != cur(3) {
+		t.Errorf("stored cursor %q, want %q: own-origin frames still advance it", st.Cursor, cur(3))
+	}
+}
+
+// Catch-up entries are applied whatever their origin: a write made on the
+// client's behalf while it was offline must reach its copy.
+func TestOwnOriginAppliedInCatchUp(t *testing.T) {
+	ctx := testCtx(t)
+	r := newFakeRig(t, Config{Origin: "me"})
+	rec := newRecorder()
+	r.subscribe(t, scopeA, rec)
+	sync, err := r.c.Sync(scopeB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r.c)
+	fc := r.fs.accept(ctx, t)
+	fc.handshake(ctx, t)
+	idA := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
+	idB := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
+	fc.send(t, changes(idA, cur(1), with(up("a"), "origin", "me"), up("b")))
+	fc.send(t, caughtUp(idA, cur(1)))
+	fc.send(t, changes(idB, cur(1), with(up("x"), "origin", "me")))
+	fc.send(t, caughtUp(idB, cur(1)))
+	r.waitCaughtUp(ctx, t, scopeA, cur(1))
+	r.waitCaughtUp(ctx, t, scopeB, cur(1))
+	if k := batchKeys(rec.all()[0]); !slices.Equal(k, []string{"u:a", "u:b"}) {
+		t.Errorf("catch-up batch keys %v, want the own-origin entry kept", k)
+	}
+	// In a synced scope even a live own-origin entry lands: the client holds
+	// no mutation of that row, so it is not an echo of one.
+	fc.send(t, changes(idB, cur(2), with(up("y"), "origin", "me")))
+	fc.send(t, caughtUp(idB, cur(2)))
+	r.waitCaughtUp(ctx, t, scopeB, cur(2))
+	if rows := sync.Rows(); len(rows) != 2 || rows["x"] == nil || rows["y"] == nil {
+		t.Errorf("synced rows %v, want x and y", rows)
 	}
 }
 

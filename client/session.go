@@ -50,6 +50,16 @@ type session struct {
 	readerDone chan struct{}
 	welcomed   bool // set by loop
 
+	// Mutations: mmu serializes sending them so they go out in sequence
+	// order; sent holds the keys sent on this connection.
+	mmu     sync.Mutex
+	sent    map[string]bool
+	resends int // resends asked for by unavailable or draining rejects
+
+	tokMu      sync.Mutex
+	lastToken  string // the token last sent, in hello or refresh
+	refreshing bool   // a refresh is being fetched or retried
+
 	endMu   sync.Mutex
 	reason  error // why the client ended the session, if it did
 	fault   bool  // reason is a failure of this side or a bad frame: slow the reconnects down
@@ -65,6 +75,9 @@ type subInst struct {
 	// the next batch must carry Reset. Read and written only by loop
 	// (after a lookup under c.mu).
 	needReset bool
+	// live: caught up at least once, so entries are live pushes (loop
+	// only).
+	live bool
 }
 
 // sessionResult tells Run how a session ended.
@@ -82,11 +95,29 @@ func (c *Client) runSession(ctx context.Context) sessionResult {
 	if c.cfg.Token != nil {
 		tok, err := c.cfg.Token(ctx)
 		if err != nil {
-			return sessionResult{err: fmt.Errorf("client: token for hello: %w", err)}
+			err = fmt.Errorf("client: token for hello: %w", err)
+			if ctx.Err() == nil {
+				c.emit(Event{Kind: EventTokenError, Err: err})
+			}
+			return sessionResult{err: err}
 		}
 		hello.Token = tok
 	}
-	ws, resp, err := c.dialer.DialContext(ctx, c.cfg.URL, c.cfg.Header)
+	header := c.cfg.Header
+	if c.cfg.HeaderFunc != nil {
+		h, err := c.cfg.HeaderFunc(ctx)
+		if err != nil {
+			return sessionResult{err: fmt.Errorf("client: request header: %w", err)}
+		}
+		header = header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
+		for k, v := range h {
+			header[k] = v
+		}
+	}
+	ws, resp, err := c.dialer.DialContext(ctx, c.cfg.URL, header)
 	if err != nil {
 		return sessionResult{err: dialError(c.cfg.URL, resp, err)}
 	}
@@ -95,7 +126,7 @@ func (c *Client) runSession(ctx context.Context) sessionResult {
 	}
 	ws.SetReadLimit(maxFrameRead)
 	sctx, end := context.WithCancel(ctx)
-	s := &session{c: c, ws: ws, q: newFrameQueue(), ctx: sctx, end: end, pace: newPacer(), ids: map[string]*subInst{}, readerDone: make(chan struct{})}
+	s := &session{c: c, ws: ws, q: newFrameQueue(), ctx: sctx, end: end, pace: newPacer(), ids: map[string]*subInst{}, readerDone: make(chan struct{}), sent: map[string]bool{}, lastToken: hello.Token}
 	c.mu.Lock()
 	c.sess = s
 	c.mu.Unlock()
@@ -232,6 +263,9 @@ func (s *session) finish() {
 	for id, inst := range s.ids {
 		if inst.st.inst == inst {
 			inst.st.inst = nil
+			if inst.st.state != SubFailed {
+				inst.st.setStateLocked(SubConnecting, nil)
+			}
 		}
 		delete(s.ids, id)
 	}
@@ -295,6 +329,7 @@ func (s *session) handle(ctx context.Context, f protocol.ServerFrame) {
 			s.wmu.Unlock()
 		}
 		s.subscribeAll(ctx)
+		s.flushMutations()
 		c.log.Info("tide client: connected", "build", f.Build)
 		c.emit(Event{Kind: EventConnected, Build: f.Build})
 	case protocol.FrameChanges, protocol.FrameCaughtUp, protocol.FrameReset:
@@ -310,6 +345,10 @@ func (s *session) handle(ctx context.Context, f protocol.ServerFrame) {
 		c.emit(Event{Kind: EventUpdateAvailable, Build: f.Build})
 	case protocol.FrameRefreshToken:
 		s.refreshToken(f)
+	case protocol.FrameAck:
+		s.onAck(ctx, f)
+	case protocol.FrameReject:
+		s.onReject(ctx, f)
 	default:
 		// Unknown informational frames are ignored (protocol: unknown
 		// fields and new frame types must not break old clients).
@@ -362,6 +401,9 @@ func (s *session) subscribe(ctx context.Context, st *scopeState) {
 	inst := &subInst{st: st, sess: s, id: strconv.FormatUint(c.nextID, 10), needReset: cursor == ""}
 	s.ids[inst.id] = inst
 	st.inst = inst
+	if st.state != SubConnecting {
+		st.setStateLocked(SubConnecting, nil) // a failed scope is tried again; Err stays until it catches up
+	}
 	c.mu.Unlock()
 	c.log.Debug("tide client: subscribe", "scope", st.scope, "id", inst.id, "cursor", cursor)
 	_ = s.writeLocked(protocol.ClientFrame{
@@ -416,8 +458,14 @@ func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 		}
 		s.subscribe(ctx, st)
 	case protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeRateLimited, protocol.CodeDraining, protocol.CodeDuplicateSub:
+		c.mu.Lock()
+		st.setStateLocked(SubConnecting, serverErr(f))
+		c.mu.Unlock()
 		s.retryLater(st)
 	default:
+		c.mu.Lock()
+		st.setStateLocked(SubFailed, serverErr(f))
+		c.mu.Unlock()
 		err := c.persist(context.WithoutCancel(ctx), st, declared, func(r *Record) bool {
 			if r.State == StateFailed {
 				return false
@@ -427,6 +475,14 @@ func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 		})
 		if err != nil {
 			s.storeError(st, err)
+		}
+		if f.Code == protocol.CodeUnauthenticated && (c.cfg.HeaderFunc != nil || c.cfg.Token != nil) {
+			// The session or token may have ended (a server restart lost
+			// the app's sessions): reconnect with fresh credentials, with
+			// a backoff that grows while the refusals last.
+			c.emit(ev)
+			s.abort(fmt.Errorf("client: subscription of %s refused: %s; reconnecting with fresh credentials", st.scope, f.Code), true)
+			return
 		}
 	}
 	c.emit(ev)
@@ -450,26 +506,66 @@ func (s *session) retryLater(st *scopeState) {
 	}))
 }
 
+// ErrSameToken is reported (EventTokenError) when Config.Token returns the
+// token the connection already uses in answer to a refresh-token: the
+// client does not send it again, lest server and client ask and answer in
+// a loop; it asks Config.Token again after a backoff.
+var ErrSameToken = errors.New("client: the token function returned the token already in use")
+
 // refreshToken answers refresh-token with a fresh token from Config.Token.
+// A failure, or the same token again, is retried with the connection
+// backoff until a new token is sent or the connection ends: if the token
+// expires first, the server closes the connection and Run reconnects with
+// a fresh token.
 func (s *session) refreshToken(f protocol.ServerFrame) {
 	c := s.c
 	if c.cfg.Token == nil {
 		c.log.Warn("tide client: the server asks for a fresh token but Config.Token is not set", "expires_in", f.ExpiresIn)
 		return
 	}
+	s.tokMu.Lock()
+	if s.refreshing {
+		s.tokMu.Unlock()
+		return
+	}
+	s.refreshing = true
+	s.tokMu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		tok, err := c.cfg.Token(s.ctx)
-		if err != nil {
-			c.log.Error("tide client: token refresh failed", "err", err)
-			c.emit(Event{Kind: EventTokenError, Err: err})
-			return
+		defer func() {
+			s.tokMu.Lock()
+			s.refreshing = false
+			s.tokMu.Unlock()
+		}()
+		for attempt := 0; ; attempt++ {
+			tok, err := c.cfg.Token(s.ctx)
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.tokMu.Lock()
+			same := err == nil && tok == s.lastToken
+			s.tokMu.Unlock()
+			if same {
+				err = ErrSameToken
+			}
+			if err == nil {
+				if err := s.write(protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameRefresh, Token: tok}); err != nil {
+					return
+				}
+				s.tokMu.Lock()
+				s.lastToken = tok
+				s.tokMu.Unlock()
+				c.emit(Event{Kind: EventTokenRefreshed})
+				return
+			}
+			d := protocol.Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+			c.log.Warn("tide client: token refresh failed; retrying", "err", err, "delay", d)
+			c.emit(Event{Kind: EventTokenError, Err: err, Attempt: attempt, Delay: d})
+			if !protocol.Sleep(s.ctx, d) {
+				return
+			}
 		}
-		if err := s.write(protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameRefresh, Token: tok}); err != nil {
-			return
-		}
-		c.emit(Event{Kind: EventTokenRefreshed})
 	}()
 }
 

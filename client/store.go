@@ -5,7 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
+
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Record is the persisted state of one scope: the client keeps exactly one
@@ -20,8 +24,58 @@ type Record struct {
 	// State is informational: one of the State constants.
 	State string `json:"state"`
 	// Cursor is the applied cursor: every change up to it has been applied
-	// by the scope's handler. Empty when nothing has been applied yet or
-	// after a reset.
+	// by the scope's handler, or to Rows. Empty when nothing has been
+	// applied yet or after a reset.
+	Cursor string `json:"cursor,omitempty"`
+	// Copy says Rows is the scope's complete copy at Cursor, kept by the
+	// client (a scope opened with Client.Sync). Rows and Cursor are saved
+	// together, in one Save, so a restart resumes a complete copy. A record
+	// with a Cursor but without Copy is never used to resume a synced
+	// scope: the client starts it over from a snapshot.
+	Copy bool `json:"copy,omitempty"`
+	// Rows are the server's rows of the scope at Cursor, by primary key
+	// (when Copy is set).
+	Rows map[string]json.RawMessage `json:"rows,omitempty"`
+}
+
+// QueueStore is implemented by a CursorStore that also persists the
+// client's mutation log (the offline queue): MemoryStore and FileStore do.
+// With a Store that does not, the queue lives in memory only and is lost
+// with the process.
+type QueueStore interface {
+	// LoadQueue returns the stored queue; the zero Queue if none.
+	LoadQueue(ctx context.Context) (Queue, error)
+	// SaveQueue replaces the stored queue.
+	SaveQueue(ctx context.Context, q Queue) error
+}
+
+// Queue is the persisted mutation log of a client.
+type Queue struct {
+	// Seq is the last client sequence number handed out; the next
+	// mutation gets Seq+1.
+	Seq int64 `json:"seq"`
+	// Mutations are the mutations not yet settled, in log order.
+	Mutations []QueuedMutation `json:"mutations,omitempty"`
+}
+
+// QueuedMutation is one persisted mutation.
+type QueuedMutation struct {
+	Key      string          `json:"key"`
+	Seq      int64           `json:"seq"`
+	Resource string          `json:"resource"`
+	Name     string          `json:"name"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	At       int64           `json:"at"` // Unix milliseconds
+	// Strategy names the conflict strategy: "server-wins",
+	// "last-write-wins:<field>" or "custom" (reconciled as server-wins
+	// after a restart: a function cannot be persisted).
+	Strategy string `json:"strategy"`
+	// Ops are the row changes the mutation puts on the local copy: its
+	// optimistic changes, or once acknowledged the rows that landed.
+	Ops []protocol.Entry `json:"ops,omitempty"`
+	// Acked says the server acknowledged the mutation; Cursor is the ack's
+	// cursor, which the subscriptions have not all reached yet.
+	Acked  bool   `json:"acked,omitempty"`
 	Cursor string `json:"cursor,omitempty"`
 }
 
@@ -52,8 +106,9 @@ var errNoDigest = errors.New("client: record has no digest")
 // MemoryStore is a CursorStore that keeps records in memory, for the
 // lifetime of the process. It is the Client's default.
 type MemoryStore struct {
-	mu   sync.RWMutex
-	recs map[string]Record
+	mu    sync.RWMutex
+	recs  map[string]Record
+	queue Queue
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -89,7 +144,33 @@ func (s *MemoryStore) Delete(_ context.Context, digest string) error {
 	return nil
 }
 
+// LoadQueue implements QueueStore.
+func (s *MemoryStore) LoadQueue(context.Context) (Queue, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return cloneQueue(s.queue), nil
+}
+
+// SaveQueue implements QueueStore.
+func (s *MemoryStore) SaveQueue(_ context.Context, q Queue) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = cloneQueue(q)
+	return nil
+}
+
 func cloneRecord(r Record) Record {
 	r.Conditions = bytes.Clone(r.Conditions)
+	if r.Rows != nil {
+		r.Rows = maps.Clone(r.Rows) // row contents are never modified in place
+	}
 	return r
+}
+
+func cloneQueue(q Queue) Queue {
+	q.Mutations = slices.Clone(q.Mutations)
+	for i := range q.Mutations {
+		q.Mutations[i].Ops = slices.Clone(q.Mutations[i].Ops)
+	}
+	return q
 }
