@@ -32,6 +32,13 @@ func (f *Feed) SnapshotSQL(ctx context.Context, q feed.SnapshotQuery) (string, [
 // the first connection.
 func (f *Feed) ListenerPID() uint32 { return f.listenerPID.Load() }
 
+// SequencerPID returns the backend pid of the sequencer's connection while
+// this feed holds the role, 0 otherwise.
+func (f *Feed) SequencerPID() uint32 { return f.sequencerPID.Load() }
+
+// OutboxTable returns the qualified outbox table.
+func (f *Feed) OutboxTable() string { return f.n.outbox }
+
 // OnListen sets a hook called after every LISTEN; set it before the first
 // Tail.
 func (f *Feed) OnListen(hook func()) { f.onConnect = hook }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
 )
 
 // TestRetentionResetOverWebSocket: a device goes offline with a stored
