@@ -88,20 +88,35 @@ BEGIN
       -- One step at a time, database-wide; taken before the statement
       -- below, so that statement's snapshot sees every earlier step.
       PERFORM pg_catalog.pg_advisory_xact_lock(` + lockArgs(n.lockA, n.key) + `);
-      WITH b AS (
-        SELECT o.xid FROM ` + n.outbox + ` o GROUP BY o.xid ORDER BY max(o.id)
-        LIMIT CASE WHEN max_txs > 0 THEN max_txs END
-      ), d AS (
-        DELETE FROM ` + n.outbox + ` o USING b WHERE o.xid = b.xid
-        RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
-      ), i AS (
-        INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
-        SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
-        FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
-        ORDER BY s.last, s.id
-        RETURNING 1
-      )
-      SELECT count(*) INTO moved FROM i;
+      IF max_txs <= 0 OR (SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + ` LIMIT max_txs + 1) x) <= max_txs THEN
+        -- Few enough rows for one step: every transaction this snapshot sees.
+        WITH d AS (
+          DELETE FROM ` + n.outbox + ` o
+          RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
+        ), i AS (
+          INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
+          SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
+          FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
+          ORDER BY s.last, s.id
+          RETURNING 1
+        )
+        SELECT count(*) INTO moved FROM i;
+      ELSE
+        -- A backlog: the max_txs transactions that finished writing first.
+        WITH b AS (
+          SELECT o.xid FROM ` + n.outbox + ` o GROUP BY o.xid ORDER BY max(o.id) LIMIT max_txs
+        ), d AS (
+          DELETE FROM ` + n.outbox + ` o USING b WHERE o.xid = b.xid
+          RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
+        ), i AS (
+          INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
+          SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
+          FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
+          ORDER BY s.last, s.id
+          RETURNING 1
+        )
+        SELECT count(*) INTO moved FROM i;
+      END IF;
       IF moved > 0 THEN
         PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
         EXIT;
