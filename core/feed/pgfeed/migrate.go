@@ -139,14 +139,19 @@ $tide$`,
 // lockArgs renders the two keys of an advisory lock as SQL arguments.
 func lockArgs(a, b int32) string { return strconv.Itoa(int(a)) + ", " + strconv.Itoa(int(b)) }
 
-// Migrate creates or upgrades tide's schema (the change log, its metadata and
-// functions) and installs the capture of each resource: a deferred
+// Migrate creates or upgrades tide's schema (the change log, the outbox, its
+// metadata and functions) and installs the capture of each resource: a deferred
 // constraint trigger on its table, its capture function and the change log
 // indexes its replays use. Pass the engine's schemas:
 //
 //	err := feed.Migrate(ctx, engine.Schemas()...)
 //
 // It is idempotent and cheap when nothing changed, so run it on every boot.
+// A schema created by an earlier version is upgraded in place, keeping the
+// positions of the changes already logged, so cursors issued before keep
+// working; once a database is upgraded, nodes of the earlier version refuse
+// to migrate it (upgrade them all), and the changes written after the
+// upgrade get their positions only from nodes of this version.
 // Nodes running it at once are serialized by a session-level advisory lock.
 //
 // A resource whose layout changed since the last Migrate (its table, key,

@@ -237,9 +237,12 @@ func ValidEpoch(s string) bool {
 }
 
 // Head returns the newest position at or below which every change is
-// readable: the largest committed position (the capture makes the committed
+// readable: the largest committed position (sequencing makes the committed
 // positions a prefix of the numbering, see the package documentation), or
-// the pruned floor if that is larger. It also loads the epoch.
+// the pruned floor if that is larger. First, if changes committed without a
+// position yet, it gives them theirs (a sequencing step), so the head
+// covers every change committed before Head was called. It also loads the
+// epoch.
 func (f *Feed) Head(ctx context.Context) (feed.Position, error) {
 	var head int64
 	var epoch string

@@ -2,6 +2,7 @@ package pgfeed
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -138,6 +139,37 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 		f.sequencerPID.Store(0)
 	}()
 	f.log.Info("pgfeed: sequencing", "schema", f.opts.Schema, "pid", conn.PgConn().PID())
+
+	// A call is never abandoned half way: when ctx ends, the server is asked
+	// to cancel it and the call returns once the server has rolled it back,
+	// so no step outlives this term holding locks (a dropped connection
+	// would leave the backend running until it next talks to the client).
+	// Only if the server does not answer is the connection cut.
+	qctx, cut := context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	var stopping sync.WaitGroup
+	stopping.Add(1)
+	stop := context.AfterFunc(ctx, func() {
+		defer stopping.Done()
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = conn.PgConn().CancelRequest(cctx)
+		cancel()
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case <-returned:
+		case <-t.C:
+			cut()
+		}
+	})
+	defer func() {
+		close(returned)
+		if stop() {
+			stopping.Done() // ctx did not end: the func never runs
+		}
+		stopping.Wait()
+		cut()
+	}()
 	sql := "SELECT moved FROM " + f.n.seqFn + "($1, $2, $3, $4)"
 	wait := sequencerWait.Milliseconds()
 	maxPause := f.opts.SequencerInterval.Milliseconds()
@@ -149,14 +181,17 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 			// The outbox is a queue: every row is deleted soon after it is
 			// written. Reclaiming the space often keeps it a few pages long,
 			// so the steps' scans of it stay cheap whatever autovacuum does.
-			if _, err := conn.Exec(ctx, "VACUUM (TRUNCATE false, SKIP_LOCKED) "+f.n.outbox); err != nil {
+			if _, err := conn.Exec(qctx, "VACUUM (TRUNCATE false, SKIP_LOCKED) "+f.n.outbox); err != nil {
 				return err
 			}
 			unvacuumed, lastVacuum = 0, time.Now()
 		}
 		idle := time.Since(last).Milliseconds()
 		var moved int64
-		if err := conn.QueryRow(ctx, sql, f.opts.SequencerBatch, wait, idle, maxPause).Scan(&moved); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := conn.QueryRow(qctx, sql, f.opts.SequencerBatch, wait, idle, maxPause).Scan(&moved); err != nil {
 			return err
 		}
 		if moved > 0 {
