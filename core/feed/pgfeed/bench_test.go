@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,54 +22,6 @@ import (
 
 // The figures of docs/performance.md. Each benchmark reports its figure as
 // a custom metric; the commands are in that document.
-
-// BenchmarkCaptureOverhead measures app insert throughput (one row per
-// transaction, autocommit, as an app's request handler would) into two
-// identical tables in the same run: one without capture and one with
-// tide's capture trigger, with 1 and 8 concurrent writers.
-func BenchmarkCaptureOverhead(b *testing.B) {
-	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 10 })
-	ctx := context.Background()
-	for _, tbl := range []string{"plain_items", "e2e_items"} {
-		if _, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (id text PRIMARY KEY, tenant text NOT NULL, grp bigint NOT NULL, title text NOT NULL, n bigint NOT NULL DEFAULT 0)"); err != nil {
-			b.Fatal(err)
-		}
-	}
-	e, err := core.New(core.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := core.Register(e, core.Resource[tItem]{Name: "items", Table: "e2e_items"}); err != nil {
-		b.Fatal(err)
-	}
-	f := migrated(b, pool, name, pgfeed.Options{}, e.Schemas()...)
-	_ = f
-	var seq atomic.Int64
-	for _, writers := range []int{1, 8} {
-		for _, tc := range []struct{ name, table string }{{"capture=off", "plain_items"}, {"capture=on", "e2e_items"}} {
-			b.Run(fmt.Sprintf("writers=%d/%s", writers, tc.name), func(b *testing.B) {
-				sql := "INSERT INTO " + tc.table + " (id, tenant, grp, title) VALUES ($1, $2, $3, 'a title of a typical length')"
-				var wg sync.WaitGroup
-				var next atomic.Int64
-				b.ResetTimer()
-				start := time.Now()
-				for range writers {
-					wg.Go(func() {
-						for next.Add(1) <= int64(b.N) {
-							id := seq.Add(1)
-							if _, err := pool.Exec(ctx, sql, fmt.Sprint("k", id), fmt.Sprint("t", id%10), id%3); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "inserts/s")
-			})
-		}
-	}
-}
 
 // BenchmarkReplay100k measures catch-up replay of a backlog of 100,000
 // changes to one Go client over a real WebSocket on loopback (default page

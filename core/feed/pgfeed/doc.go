@@ -21,27 +21,37 @@
 // # How it works
 //
 // Migrate creates tide's schema (Options.Schema, "tide" by default): the
-// change log table changes, its metadata, versioned in schema_migrations.
-// For each resource it installs a capture function and a deferred
-// constraint trigger on the resource's table (AFTER INSERT OR UPDATE OR
-// DELETE, DEFERRABLE INITIALLY DEFERRED, FOR EACH ROW), so the capture runs
-// when the writer's transaction commits, inside it. The capture takes a
-// transaction-level advisory lock, then appends the change with the next
-// value of a sequence as its position, and notifies the feed's channel.
+// change log table changes, an outbox, their metadata, versioned in
+// schema_migrations. For each resource it installs a capture function and a
+// deferred constraint trigger on the resource's table (AFTER INSERT OR
+// UPDATE OR DELETE, DEFERRABLE INITIALLY DEFERRED, FOR EACH ROW), so the
+// capture runs when the writer's transaction commits, inside it.
 //
-// Postgres releases a transaction's locks only after the transaction has
-// become visible to other sessions (or has aborted). So the transaction that
-// takes position N+1 can only do so once the one holding N is visible or
-// gone: in any snapshot, the visible positions are a prefix of the
-// numbering (with harmless gaps left by aborted transactions). The head is
-// the largest visible position, and a reader that has seen position p will
-// never later see a change at or below p. That is the commit order tide's
-// cursors need; a sequence value taken at insert time would not be one.
+// The capture appends each change to the outbox with the writer's
+// transaction id and a serial number, and nothing else: no lock, no shared
+// row, no notification, so synced transactions never wait for one another
+// and Postgres's group commit works for them as for any table. A single
+// sequencer per database (elected with a session-level advisory lock among
+// the feeds that tail: every node is a candidate, and the role moves when
+// its holder's session ends) gives committed changes their positions: in
+// one statement per step it moves the outbox rows its snapshot sees into
+// the change log, whole transactions in the order in which they finished
+// writing, with positions from a sequence, and then notifies the tailers.
+// Steps exclude one another, so positions become visible in order: in any
+// snapshot the visible positions are a prefix of the numbering (with
+// harmless gaps left by steps that failed). A transaction that writes a row
+// another one wrote waits for that one to commit, so it finishes writing
+// after it and gets later positions: for conflicting writes, positions
+// follow commit order. Head and Snapshot run a step themselves when
+// committed changes wait in the outbox, so Head covers every change
+// committed before it was called and a snapshot page is exactly the state
+// at its position. docs/architecture.md argues each case.
 //
-// The cost: synced commits are serialized through the lock, including the
-// commit's WAL flush, so their rate is bounded by one commit at a time
-// (docs/performance.md has the figures). Writes to tables that are not
-// synced are unaffected.
+// The cost: a change is written twice (to the outbox, then to the log) and
+// reaches tailers one step later than its commit: the sequencer looks at
+// the outbox every millisecond while changes flow, less often when they do
+// not (Options.SequencerInterval), and each step is one more commit
+// (docs/performance.md has the figures).
 //
 // # Guarantees
 //
@@ -64,9 +74,12 @@
 //     the head together, so it is exactly the state at the position it
 //     reports.
 //   - One Tail query per wake-up serves a whole node: it wakes on
-//     LISTEN/NOTIFY and polls every Options.PollInterval as a fallback, and
-//     reconnects its listening connection (reading once after every
-//     reconnect) when it drops.
+//     LISTEN/NOTIFY (the sequencer's, once per step) and polls every
+//     Options.PollInterval as a fallback, and reconnects its listening
+//     connection (reading once after every reconnect) when it drops.
+//   - Upgrades in place: a schema created by an earlier version is
+//     upgraded by Migrate, keeping the positions of the changes in its log,
+//     so cursors issued before the upgrade keep working.
 //   - Retention never opens a silent gap: the floor and the pruned changes
 //     commit together, and every read checks the floor in the statement
 //     that reads the changes; a cursor below it yields
@@ -75,6 +88,8 @@
 //     the next Migrate, so cursors from before get a reset instead of
 //     changes they would misread.
 //
-// Defaults: schema "tide", poll every 1 s, keep changes for 7 days and at
-// most 10,000,000 of them, prune every minute (when StartPruner runs).
+// Defaults: schema "tide", poll every 1 s, sequencer idle look-ups at most
+// 50 ms apart and steps of at most 1000 transactions, keep changes for 7
+// days and at most 10,000,000 of them, prune every minute (when StartPruner
+// runs).
 package pgfeed

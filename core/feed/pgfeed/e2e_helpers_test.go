@@ -47,10 +47,17 @@ type e2eServer struct {
 
 func newE2EServer(t testing.TB, pool *pgxpool.Pool, name string, opts pgfeed.Options, cfg core.Config) *e2eServer {
 	t.Helper()
-	ctx := testCtx(t)
-	if _, err := pool.Exec(ctx, tItemsDDL); err != nil {
+	if _, err := pool.Exec(testCtx(t), tItemsDDL); err != nil {
 		t.Fatal(err)
 	}
+	return newE2ENode(t, pool, name, opts, cfg)
+}
+
+// newE2ENode is newE2EServer over an existing e2e_items table: another app
+// node on the same database and tide schema.
+func newE2ENode(t testing.TB, pool *pgxpool.Pool, name string, opts pgfeed.Options, cfg core.Config) *e2eServer {
+	t.Helper()
+	ctx := testCtx(t)
 	if opts.Schema == "" {
 		opts.Schema = name + "_tide"
 	}
@@ -250,6 +257,24 @@ func (c *checker) waitCaughtUp(ctx context.Context, p feed.Position) error {
 		case <-ch:
 		case <-ctx.Done():
 			return fmt.Errorf("%s: no caught-up at or past %d: %w", c.name, p, ctx.Err())
+		}
+	}
+}
+
+// waitRows waits until ok holds for the copy (checked now and after every
+// applied batch).
+func (c *checker) waitRows(ctx context.Context, what string, ok func(map[string]tItem) bool) error {
+	for {
+		c.mu.Lock()
+		done, ch := ok(c.rows), c.changed
+		c.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %s: %w", c.name, what, ctx.Err())
 		}
 	}
 }

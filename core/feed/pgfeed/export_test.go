@@ -2,6 +2,9 @@ package pgfeed
 
 import (
 	"context"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
 )
@@ -32,6 +35,13 @@ func (f *Feed) SnapshotSQL(ctx context.Context, q feed.SnapshotQuery) (string, [
 // the first connection.
 func (f *Feed) ListenerPID() uint32 { return f.listenerPID.Load() }
 
+// SequencerPID returns the backend pid of the sequencer's connection while
+// this feed holds the role, 0 otherwise.
+func (f *Feed) SequencerPID() uint32 { return f.sequencerPID.Load() }
+
+// OutboxTable returns the qualified outbox table.
+func (f *Feed) OutboxTable() string { return f.n.outbox }
+
 // OnListen sets a hook called after every LISTEN; set it before the first
 // Tail.
 func (f *Feed) OnListen(hook func()) { f.onConnect = hook }
@@ -41,4 +51,107 @@ func (f *Feed) ChangesTable() string { return f.n.changes }
 func (f *Feed) MetaTable() string    { return f.n.meta }
 func (f *Feed) TriggerName(resource string) string {
 	return f.triggerName(resource)
+}
+
+// InstallVersion1 creates tide's schema exactly as version 1 of this
+// package did, with version 1's capture of each of schemas: a deferred
+// trigger that takes the commit-order lock, appends to the change log with
+// the next position and notifies. The upgrade test starts from it.
+func (f *Feed) InstallVersion1(ctx context.Context, schemas ...*feed.Schema) error {
+	n := f.n
+	conn, err := f.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	for _, stmt := range []string{"CREATE SCHEMA " + n.schema,
+		`CREATE TABLE ` + n.migrations + ` (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, stmt := range migrations[0].stmts(n) {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+n.meta+" (id, epoch) VALUES (1, $1)", newEpoch()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+n.migrations+" (version) VALUES (1)")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, s := range schemas {
+		types, err := f.columnTypes(ctx, conn, s)
+		if err != nil {
+			return err
+		}
+		p := newPlan(s, types)
+		ddl := f.captureDDLv1(p)
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			for _, stmt := range ddl {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+n.resources+` (name, tbl, layout, install, floor) VALUES ($1, $2, $3, $4, `+n.headExpr+`)`,
+				s.Name, s.Table, p.layout, installHash(ddl))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// captureDDLv1 is version 1's captureDDL, verbatim but for the broken
+// variant.
+func (f *Feed) captureDDLv1(p *plan) []string {
+	n := f.n
+	fn := n.schema + "." + pgx.Identifier{captureFunc(p.s.Name)}.Sanitize()
+	insert := func(op int, alias string) string {
+		return "INSERT INTO " + n.changes + " (pos, resource, op, key, scope, data, origin) VALUES (pg_catalog.nextval(" + n.seqLit + "), " +
+			p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o);"
+	}
+	lock := "PERFORM pg_catalog.pg_advisory_xact_lock(" + strconv.Itoa(int(n.lockA)) + ", " + strconv.Itoa(int(n.key)) + ");"
+	body := `
+DECLARE
+  o text := nullif(pg_catalog.current_setting('tide.origin', true), '');
+BEGIN
+  -- Serialize position assignment: the lock is held until this transaction
+  -- is visible, so positions become visible in order (see package pgfeed).
+  ` + lock + `
+  IF TG_OP = 'DELETE' THEN
+    ` + insert(int(feed.OpDelete), "OLD") + `
+  ELSIF TG_OP = 'UPDATE' THEN
+    IF ` + p.keyExpr("OLD") + ` IS DISTINCT FROM ` + p.keyExpr("NEW") + ` OR ` + p.scopeExpr("OLD") + ` IS DISTINCT FROM ` + p.scopeExpr("NEW") + ` THEN
+      ` + insert(int(feed.OpDelete), "OLD") + `
+    END IF;
+    ` + insert(int(feed.OpUpsert), "NEW") + `
+  ELSE
+    ` + insert(int(feed.OpUpsert), "NEW") + `
+  END IF;
+  -- An empty payload: Postgres folds it into one notification per transaction.
+  PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
+  RETURN NULL;
+END`
+	trig := pgx.Identifier{f.triggerName(p.s.Name)}.Sanitize()
+	stmts := []string{
+		"CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $tide$" + body + "\n$tide$",
+		"DROP TRIGGER IF EXISTS " + trig + " ON " + p.table,
+		"CREATE CONSTRAINT TRIGGER " + trig + " AFTER INSERT OR UPDATE OR DELETE ON " + p.table +
+			" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
+		"CREATE OR REPLACE TRIGGER " + pgx.Identifier{f.truncateTrigger()}.Sanitize() + " BEFORE TRUNCATE ON " + p.table +
+			" FOR EACH STATEMENT EXECUTE FUNCTION " + n.schema + ".refuse_truncate()",
+	}
+	for i := range p.scope {
+		idx := pgx.Identifier{shortIdent("changes_" + p.s.Name + "_s" + strconv.Itoa(i+1))}.Sanitize()
+		stmts = append(stmts, "CREATE INDEX IF NOT EXISTS "+idx+" ON "+n.changes+" ((scope["+strconv.Itoa(i+1)+"]), pos) WHERE resource = "+p.resLit)
+	}
+	return stmts
 }

@@ -57,16 +57,101 @@ END
 $tide$`,
 		}
 	}},
+	// Version 2: capture without contention. The capture functions append
+	// to an unordered outbox (reinstalled by Migrate, whose DDL hash
+	// changes); the sequencer function moves committed outbox rows into
+	// the change log, giving them positions. Positions already in the log
+	// are kept, so cursors from version 1 keep working.
+	{2, func(n names) []string {
+		return []string{
+			`CREATE TABLE ` + n.outbox + ` (
+  id bigserial NOT NULL,
+  xid xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+  resource text NOT NULL,
+  op smallint NOT NULL,
+  key text NOT NULL,
+  scope text[] NOT NULL,
+  data jsonb,
+  origin text)`,
+			`CREATE FUNCTION ` + n.seqFn + `(max_txs integer, wait_ms integer, idle_ms integer, max_pause_ms integer)
+RETURNS TABLE (moved bigint, head bigint) LANGUAGE plpgsql AS $tide$
+#variable_conflict use_column
+DECLARE
+  started timestamptz := pg_catalog.clock_timestamp();
+  deadline timestamptz := started + pg_catalog.make_interval(secs => wait_ms / 1000.0);
+  pause double precision;
+BEGIN
+  moved := 0;
+  LOOP
+    -- Each statement of this (volatile) function reads a fresh snapshot.
+    IF EXISTS (SELECT 1 FROM ` + n.outbox + `) THEN
+      -- One step at a time, database-wide; taken before the statement
+      -- below, so that statement's snapshot sees every earlier step.
+      PERFORM pg_catalog.pg_advisory_xact_lock(` + lockArgs(n.lockA, n.key) + `);
+      IF max_txs <= 0 OR (SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + ` LIMIT max_txs + 1) x) <= max_txs THEN
+        -- Few enough rows for one step: every transaction this snapshot sees.
+        WITH d AS (
+          DELETE FROM ` + n.outbox + ` o
+          RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
+        ), i AS (
+          INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
+          SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
+          FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
+          ORDER BY s.last, s.id
+          RETURNING 1
+        )
+        SELECT count(*) INTO moved FROM i;
+      ELSE
+        -- A backlog: the max_txs transactions that finished writing first.
+        WITH b AS (
+          SELECT o.xid FROM ` + n.outbox + ` o GROUP BY o.xid ORDER BY max(o.id) LIMIT max_txs
+        ), d AS (
+          DELETE FROM ` + n.outbox + ` o USING b WHERE o.xid = b.xid
+          RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
+        ), i AS (
+          INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
+          SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
+          FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
+          ORDER BY s.last, s.id
+          RETURNING 1
+        )
+        SELECT count(*) INTO moved FROM i;
+      END IF;
+      IF moved > 0 THEN
+        PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
+        EXIT;
+      END IF;
+    END IF;
+    EXIT WHEN pg_catalog.clock_timestamp() >= deadline;
+    -- Look again soon after changes arrived, less often the longer none did.
+    pause := least(max_pause_ms / 1000.0, greatest(0.001,
+      (idle_ms / 1000.0 + extract(epoch FROM pg_catalog.clock_timestamp() - started)) / 8));
+    PERFORM pg_catalog.pg_sleep(least(pause, extract(epoch FROM deadline - pg_catalog.clock_timestamp())));
+  END LOOP;
+  SELECT greatest(coalesce((SELECT max(c.pos) FROM ` + n.changes + ` c), 0), m.floor) INTO head FROM ` + n.meta + ` m;
+  RETURN NEXT;
+END
+$tide$`,
+		}
+	}},
 }
 
-// Migrate creates or upgrades tide's schema (the change log, its metadata and
-// functions) and installs the capture of each resource: a deferred
+// lockArgs renders the two keys of an advisory lock as SQL arguments.
+func lockArgs(a, b int32) string { return strconv.Itoa(int(a)) + ", " + strconv.Itoa(int(b)) }
+
+// Migrate creates or upgrades tide's schema (the change log, the outbox, its
+// metadata and functions) and installs the capture of each resource: a deferred
 // constraint trigger on its table, its capture function and the change log
 // indexes its replays use. Pass the engine's schemas:
 //
 //	err := feed.Migrate(ctx, engine.Schemas()...)
 //
 // It is idempotent and cheap when nothing changed, so run it on every boot.
+// A schema created by an earlier version is upgraded in place, keeping the
+// positions of the changes already logged, so cursors issued before keep
+// working; once a database is upgraded, nodes of the earlier version refuse
+// to migrate it (upgrade them all), and the changes written after the
+// upgrade get their positions only from nodes of this version.
 // Nodes running it at once are serialized by a session-level advisory lock.
 //
 // A resource whose layout changed since the last Migrate (its table, key,
@@ -204,6 +289,13 @@ func (f *Feed) installCapture(ctx context.Context, conn *pgxpool.Conn, s *feed.S
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+p.table+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 			return err
 		}
+		// Give positions to every change already committed (the table's
+		// writers have all finished), before the old capture goes and
+		// before a new floor is read: no change of the old layout is
+		// sequenced after it.
+		if _, err := tx.Exec(ctx, "SELECT moved FROM "+n.seqFn+"(0, 0, 0, 0)"); err != nil {
+			return err
+		}
 		for _, stmt := range ddl {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("%w\n%s", err, stmt)
@@ -249,4 +341,11 @@ func newEpoch() string {
 func isUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
+}
+
+// isUndefinedFunction reports whether err says a function is missing (tide's
+// schema predates the sequencer).
+func isUndefinedFunction(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42883"
 }

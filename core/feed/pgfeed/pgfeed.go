@@ -26,6 +26,9 @@ const (
 	DefaultMaxAge        = 7 * 24 * time.Hour
 	DefaultMaxChanges    = 10_000_000
 	DefaultPruneInterval = time.Minute
+
+	DefaultSequencerInterval = 50 * time.Millisecond
+	DefaultSequencerBatch    = 1000
 )
 
 // Options configures a Feed. The zero value is ready to use; every field
@@ -53,6 +56,18 @@ type Options struct {
 	// Zero value: 1 minute.
 	PruneInterval time.Duration
 
+	// SequencerInterval is the longest the sequencer (see StartSequencer)
+	// waits between two looks at the changes that committed without a
+	// position yet, once none arrived for a while. Right after changes
+	// arrived it looks every millisecond, and less often the longer none
+	// do: the pause is an eighth of the time since the last change, within
+	// [1 ms, SequencerInterval]. This bounds the delay a commit after a
+	// quiet spell adds before tailers see it. Zero value: 50 ms.
+	SequencerInterval time.Duration
+	// SequencerBatch is the most transactions one sequencing step gives
+	// positions to (a transaction is never split). Zero value: 1000.
+	SequencerBatch int
+
 	// Logger receives operational events (listener reconnects, pruning).
 	// Zero value: slog.Default().
 	Logger *slog.Logger
@@ -79,6 +94,13 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PruneInterval <= 0 {
 		o.PruneInterval = DefaultPruneInterval
+	}
+	if o.SequencerInterval <= 0 {
+		o.SequencerInterval = DefaultSequencerInterval
+	}
+	o.SequencerInterval = max(o.SequencerInterval, time.Millisecond)
+	if o.SequencerBatch <= 0 {
+		o.SequencerBatch = DefaultSequencerBatch
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -110,11 +132,12 @@ type Feed struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	closed    bool
-	listening bool          // the listener goroutine runs
-	pruning   bool          // the pruner goroutine runs
-	wake      chan struct{} // closed and replaced on every doorbell
+	mu          sync.Mutex
+	closed      bool
+	listening   bool          // the listener goroutine runs
+	pruning     bool          // the pruner goroutine runs
+	sequencerOn bool          // the sequencer candidate runs
+	wake        chan struct{} // closed and replaced on every doorbell
 
 	// listener state, for tests and Stats.
 	listenerPID   atomic.Uint32
@@ -122,6 +145,13 @@ type Feed struct {
 	notifications atomic.Int64
 	polls         atomic.Int64
 	onConnect     func() // test hook, called after each LISTEN
+
+	// sequencer state, for tests and Stats.
+	sequencing     atomic.Bool
+	sequencerPID   atomic.Uint32
+	sequencerTerms atomic.Int64
+	sequencerSteps atomic.Int64
+	sequenced      atomic.Int64
 }
 
 var (
@@ -156,7 +186,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Feed, error) {
 // Schema returns the Postgres schema holding the feed's tables.
 func (f *Feed) Schema() string { return f.opts.Schema }
 
-// Close stops the feed's background goroutines (the listener and the pruner)
+// Close stops the feed's background goroutines (the listener, the sequencer
+// candidate and the pruner)
 // and waits for them. It does not close the pool. Tail returns ErrClosed
 // afterwards; the other methods keep working. Close is idempotent.
 func (f *Feed) Close() error {
@@ -206,9 +237,12 @@ func ValidEpoch(s string) bool {
 }
 
 // Head returns the newest position at or below which every change is
-// readable: the largest committed position (the capture makes the committed
+// readable: the largest committed position (sequencing makes the committed
 // positions a prefix of the numbering, see the package documentation), or
-// the pruned floor if that is larger. It also loads the epoch.
+// the pruned floor if that is larger. First, if changes committed without a
+// position yet, it gives them theirs (a sequencing step), so the head
+// covers every change committed before Head was called. It also loads the
+// epoch.
 func (f *Feed) Head(ctx context.Context) (feed.Position, error) {
 	var head int64
 	var epoch string
@@ -228,7 +262,7 @@ func (f *Feed) wrap(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if isUndefinedTable(err) {
+	if isUndefinedTable(err) || isUndefinedFunction(err) {
 		return fmt.Errorf("pgfeed: %s: %w (has Migrate run for schema %q?)", what, err, f.opts.Schema)
 	}
 	return fmt.Errorf("pgfeed: %s: %w", what, err)
@@ -238,28 +272,34 @@ func (f *Feed) wrap(what string, err error) error {
 type names struct {
 	schema     string // quoted schema
 	changes    string // qualified, quoted
+	outbox     string // unsequenced changes
+	seqFn      string // the sequencer function
 	meta       string
 	resources  string
 	migrations string
 	seq        string
 	seqLit     string // the sequence as a string literal, for nextval
 	channel    string // raw NOTIFY channel name
-	lockA      int32  // capture lock: pg_advisory_xact_lock(lockA, key)
+	lockA      int32  // sequencing lock: pg_advisory_xact_lock(lockA, key), one step at a time
+	sequencerA int32  // the sequencer role: pg_try_advisory_lock(sequencerA, key), session-level
 	migrateA   int32  // migration lock: pg_advisory_lock(migrateA, key)
 	pruneA     int32  // pruning lock: pg_try_advisory_xact_lock(pruneA, key)
 	key        int32  // second key, derived from the schema name
 
 	headExpr         string // scalar subquery: the head
+	moveAll          string // WITH clause moving the whole visible outbox into the log; i holds the new positions
 	headSQL, tailSQL string
 }
 
-// Advisory lock classes ("tide", "tidm", "tidp" as big-endian int32s). The
+// Advisory lock classes ("tide", "tidm", "tidp", "tids" as big-endian
+// int32s). The
 // second key is a checksum of the schema name, so two tide schemas in one
 // database never wait for each other.
 const (
-	lockClassCapture = 0x74696465
-	lockClassMigrate = 0x7469646d
-	lockClassPrune   = 0x74696470
+	lockClassCapture   = 0x74696465
+	lockClassMigrate   = 0x7469646d
+	lockClassPrune     = 0x74696470
+	lockClassSequencer = 0x74696473
 )
 
 func newNames(schema string) names {
@@ -267,19 +307,33 @@ func newNames(schema string) names {
 	n := names{
 		schema:     pgx.Identifier{schema}.Sanitize(),
 		changes:    q("changes"),
+		outbox:     q("outbox"),
+		seqFn:      q("sequence"),
 		meta:       q("meta"),
 		resources:  q("resources"),
 		migrations: q("schema_migrations"),
 		seq:        q("pos_seq"),
 		channel:    shortIdent(schema + "_changes"),
 		lockA:      lockClassCapture,
+		sequencerA: lockClassSequencer,
 		migrateA:   lockClassMigrate,
 		pruneA:     lockClassPrune,
 		key:        int32(crc32.ChecksumIEEE([]byte(schema))),
 	}
 	n.seqLit = quoteLit(n.seq)
 	n.headExpr = `(SELECT greatest(coalesce((SELECT max(pos) FROM ` + n.changes + `), 0), m.floor) FROM ` + n.meta + ` m)`
-	n.headSQL = `SELECT greatest(coalesce((SELECT max(pos) FROM ` + n.changes + `), 0), m.floor), m.epoch FROM ` + n.meta + ` m`
+	// Head first gives positions to whatever has committed (a no-op when
+	// the outbox is empty), so it covers every change committed before it.
+	n.headSQL = `SELECT s.head, m.epoch FROM ` + n.seqFn + `(0, 0, 0, 0) s, ` + n.meta + ` m`
+	n.moveAll = `WITH d AS (
+  DELETE FROM ` + n.outbox + ` o RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
+), i AS (
+  INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
+  SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
+  FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
+  ORDER BY s.last, s.id
+  RETURNING pos
+)`
 	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, '')
 FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
 LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin FROM ` + n.changes + `

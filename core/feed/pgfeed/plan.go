@@ -266,24 +266,32 @@ func (f *Feed) truncateTrigger() string { return shortIdent(f.opts.Schema + "_no
 
 // captureDDL returns the statements installing the capture of p's resource,
 // in order.
+//
+// The capture appends each row event to the outbox, unordered: no lock, no
+// shared row, no notification, so synced transactions never wait for one
+// another. The sequencer gives the changes their positions once they have
+// committed (see sequencer.go).
 func (f *Feed) captureDDL(p *plan) []string {
 	n := f.n
 	fn := n.schema + "." + pgx.Identifier{captureFunc(p.s.Name)}.Sanitize()
 	insert := func(op int, alias string) string {
-		return "INSERT INTO " + n.changes + " (pos, resource, op, key, scope, data, origin) VALUES (pg_catalog.nextval(" + n.seqLit + "), " +
+		return "INSERT INTO " + n.outbox + " (resource, op, key, scope, data, origin) VALUES (" +
 			p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o);"
 	}
-	lock := "PERFORM pg_catalog.pg_advisory_xact_lock(" + strconv.Itoa(int(n.lockA)) + ", " + strconv.Itoa(int(n.key)) + ");"
+	doorbell := ""
 	if f.opts.brokenCapture {
-		lock = "-- broken on purpose: no commit-order lock"
+		// Broken on purpose: positions taken when the row is written, in
+		// no commit order, straight into the change log.
+		insert = func(op int, alias string) string {
+			return "INSERT INTO " + n.changes + " (pos, resource, op, key, scope, data, origin) VALUES (pg_catalog.nextval(" + n.seqLit + "), " +
+				p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o);"
+		}
+		doorbell = "PERFORM pg_catalog.pg_notify(" + quoteLit(n.channel) + ", '');"
 	}
 	body := `
 DECLARE
   o text := nullif(pg_catalog.current_setting('tide.origin', true), '');
 BEGIN
-  -- Serialize position assignment: the lock is held until this transaction
-  -- is visible, so positions become visible in order (see package pgfeed).
-  ` + lock + `
   IF TG_OP = 'DELETE' THEN
     ` + insert(int(feed.OpDelete), "OLD") + `
   ELSIF TG_OP = 'UPDATE' THEN
@@ -294,8 +302,7 @@ BEGIN
   ELSE
     ` + insert(int(feed.OpUpsert), "NEW") + `
   END IF;
-  -- An empty payload: Postgres folds it into one notification per transaction.
-  PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
+  ` + doorbell + `
   RETURN NULL;
 END`
 	trig := pgx.Identifier{f.triggerName(p.s.Name)}.Sanitize()

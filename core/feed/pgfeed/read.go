@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidesync/tide/core/feed"
@@ -126,34 +127,57 @@ func (f *Feed) Snapshot(ctx context.Context, q feed.SnapshotQuery) (feed.Snapsho
 
 // snapshot reads one snapshot page; typed says whether conditions are also
 // compared in the columns' types, so the table's indexes serve them.
+//
+// The page must be exactly the state at the position it reports, yet a
+// transaction may have committed without a position yet (it waits in the
+// outbox for the sequencer). So the statement that reads the page is itself
+// a sequencing step: holding the sequencing lock (taken by the statement
+// before, so its snapshot sees every earlier step), it moves every outbox
+// row its snapshot sees into the change log and reports the head past
+// them. Every transaction the page reflects is then at or below the head,
+// and every change at or below it is reflected.
 func (f *Feed) snapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, typed bool) (feed.SnapshotPage, error) {
 	sql, args := f.snapshotSQL(p, q, typed)
-	rows, err := f.pool.Query(ctx, sql, args...)
-	if err != nil {
-		if isBadParameter(err) {
-			return feed.SnapshotPage{}, err
-		}
-		return feed.SnapshotPage{}, f.wrap("snapshot", err)
-	}
-	defer rows.Close()
 	var page feed.SnapshotPage
-	for rows.Next() {
-		var head int64
-		var found bool
-		var c feed.Change
-		var data []byte
-		if err := rows.Scan(&head, &found, &c.Key, &c.Scope, &data); err != nil {
-			return feed.SnapshotPage{}, f.wrap("snapshot", err)
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		page = feed.SnapshotPage{}
+		if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", f.n.lockA, f.n.key); err != nil {
+			return err
 		}
-		c.Row = data
-		page.Pos = feed.Position(head)
-		if !found {
-			continue
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
 		}
-		c.Resource, c.Op = q.Scope.Schema.Name, feed.OpUpsert
-		page.Rows = append(page.Rows, c)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		var moved int64
+		for rows.Next() {
+			var head int64
+			var found bool
+			var c feed.Change
+			var data []byte
+			if err := rows.Scan(&head, &moved, &found, &c.Key, &c.Scope, &data); err != nil {
+				return err
+			}
+			c.Row = data
+			page.Pos = feed.Position(head)
+			if !found {
+				continue
+			}
+			c.Resource, c.Op = q.Scope.Schema.Name, feed.OpUpsert
+			page.Rows = append(page.Rows, c)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if moved > 0 {
+			// Tailers learn of the new positions as from the sequencer.
+			if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_notify($1, '')", f.n.channel); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		if isBadParameter(err) {
 			return feed.SnapshotPage{}, err
 		}
@@ -202,7 +226,8 @@ func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed bool) (string, [
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	sql := `SELECT h.head, r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
+	sql := f.n.moveAll + `
+SELECT greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0)), (SELECT count(*) FROM i), r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
 FROM (SELECT ` + f.n.headExpr + ` AS head) h
 LEFT JOIN LATERAL (SELECT ` + p.keyExpr("t") + ` AS k, ` + p.scopeExpr("t") + ` AS sc, ` + p.rowExpr("t") + ` AS data, t.` + p.key + ` AS sk
  FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1) r ON true ORDER BY r.sk`

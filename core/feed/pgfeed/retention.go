@@ -39,8 +39,9 @@ func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
 		}
 	}
 	if f.opts.MaxAge > 0 {
-		// committed_at grows with pos: a change is captured only after the
-		// change before it is visible (see the package documentation).
+		// committed_at grows with pos: it is the time the sequencing step
+		// gave the change its position, and steps run one at a time (see
+		// the package documentation).
 		var old int64
 		err := f.pool.QueryRow(ctx, "SELECT coalesce(max(pos), 0) FROM "+f.n.changes+
 			" WHERE committed_at < clock_timestamp() - $1::interval", f.opts.MaxAge.String()).Scan(&old)

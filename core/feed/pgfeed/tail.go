@@ -3,12 +3,12 @@ package pgfeed
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Tail blocks until at least one change after `after` is committed, then
@@ -17,10 +17,11 @@ import (
 // limit`), whatever the number of subscriptions: the engine runs one tailer
 // per node.
 //
-// It wakes on a notification from the capture (LISTEN on a connection of its
+// It wakes on a notification from the sequencer (LISTEN on a connection of its
 // own, reconnected when it drops, with one read after every reconnect so a
 // notification lost meanwhile costs nothing) and at least every
-// Options.PollInterval regardless. It returns feed.ErrCursorExpired if after
+// Options.PollInterval regardless. The first Tail also makes the feed a
+// candidate for the sequencer role (see StartSequencer). It returns feed.ErrCursorExpired if after
 // is below the retained floor, ctx's error when ctx ends first, and
 // ErrClosed after Close.
 func (f *Feed) Tail(ctx context.Context, after feed.Position, limit int) ([]feed.Change, error) {
@@ -94,6 +95,7 @@ func (f *Feed) doorbell() (<-chan struct{}, error) {
 		f.wg.Add(1)
 		go f.listen()
 	}
+	f.startSequencerLocked()
 	return f.wake, nil
 }
 
@@ -118,12 +120,7 @@ func (f *Feed) listen() {
 			attempt = 0
 		}
 		f.log.Warn("pgfeed: listener connection lost; reconnecting", "schema", f.opts.Schema, "err", err, "attempt", attempt)
-		d := time.Duration(rand.Int64N(int64(min(5*time.Second, 50*time.Millisecond<<min(attempt, 10))) + 1))
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-f.ctx.Done():
-			t.Stop()
+		if !protocol.Sleep(f.ctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
 			return
 		}
 	}
@@ -168,6 +165,11 @@ type Stats struct {
 	ListenerConnects int64 // LISTEN connections established (1 + reconnects)
 	Notifications    int64 // notifications received
 	Polls            int64 // Tail reads started by the poll timer rather than a notification
+
+	Sequencing     bool  // this feed holds the sequencer role now
+	SequencerTerms int64 // times this feed took the sequencer role
+	SequencerSteps int64 // sequencing steps of this feed's sequencer that gave positions
+	Sequenced      int64 // changes this feed's sequencer gave positions to
 }
 
 // Stats returns the feed's counters.
@@ -176,5 +178,9 @@ func (f *Feed) Stats() Stats {
 		ListenerConnects: f.connects.Load(),
 		Notifications:    f.notifications.Load(),
 		Polls:            f.polls.Load(),
+		Sequencing:       f.sequencing.Load(),
+		SequencerTerms:   f.sequencerTerms.Load(),
+		SequencerSteps:   f.sequencerSteps.Load(),
+		Sequenced:        f.sequenced.Load(),
 	}
 }

@@ -22,11 +22,13 @@ import (
 )
 
 // The torture workload. Bounded in count; its duration follows from the hold
-// times (about 8 writers × 100 transactions × 12 ms on average).
+// times (about 100 transactions × 12 ms on average per writer, the writers
+// running at once).
 const (
-	tortureWriters     = 8
+	tortureWriters     = 32
 	tortureTxs         = 100 // per writer
-	tortureKeys        = 12  // per writer; writers never share a row, so never deadlock
+	tortureKeys        = 12  // per writer
+	tortureShared      = 8   // rows every writer may write, at most one per transaction, so never a deadlock
 	tortureMaxHold     = 25 * time.Millisecond
 	tortureSubscribers = 24
 	tortureEarly       = 8 // subscribed before the first write; the rest join during the run
@@ -45,7 +47,8 @@ type tortureReport struct {
 }
 
 // TestTorture runs concurrent writers whose transactions commit out of
-// order, with moves, deletes and rollbacks, against subscribers on real
+// order, with moves, deletes and rollbacks, some writing rows that others
+// write too (so the order of their commits decides the final row), against subscribers on real
 // WebSockets that drop and resume at random; then checks that every copy
 // equals the database, that no cursor went backwards and no change was
 // applied twice. Then it runs the very same harness on a deliberately
@@ -94,7 +97,7 @@ func TestTorture(t *testing.T) {
 }
 
 func runTorture(t *testing.T, seed uint64, opts pgfeed.Options, replayCache int) tortureReport {
-	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 24 })
+	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = tortureWriters + 12 })
 	// Small pages and send buffers, so replays page and buffers overflow.
 	srv := newE2EServer(t, pool, name, opts, core.Config{PageSize: 25, SendBuffer: 32 << 10, ReplayCache: replayCache})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -253,8 +256,14 @@ func tortureTx(ctx context.Context, pool *pgxpool.Pool, r *rand.Rand, w int, seq
 		return rec, false, err
 	}
 	defer tx.Rollback(ctx)
+	shared := false
 	for i := range 1 + r.IntN(3) {
 		key := fmt.Sprintf("w%d-k%02d", w, r.IntN(tortureKeys))
+		if !shared && r.IntN(4) == 0 {
+			// A row other writers write too: their transactions wait for
+			// one another's row locks, and commit in that order.
+			key, shared = fmt.Sprintf("s-k%02d", r.IntN(tortureShared)), true
+		}
 		tenant, grp := tortureTenants[r.IntN(len(tortureTenants))], int64(r.IntN(3))
 		title := fmt.Sprintf("w%d-%d", w, r.Int64())
 		var sql string

@@ -1,0 +1,137 @@
+package pgfeed_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
+)
+
+// The bounds of one round of BenchmarkSyncedVsPlain: it stops at whichever
+// comes first.
+const (
+	syncedRoundTime    = 3 * time.Second
+	syncedRoundCommits = 100_000
+	syncedRounds       = 3 // per table and writer count, alternating
+)
+
+// BenchmarkSyncedVsPlain measures single-row autocommit inserts (as an
+// app's request handlers make them) from 1, 16 and 64 concurrent writers
+// into a synced table and an identical plain table, alternating plain and
+// synced rounds in the same run, and reports synced/plain for each writer
+// count (the ratio of the median rounds). It also reports the WAL bytes per
+// commit of each table: pg_current_wal_lsn() before and after each round,
+// divided by its commits (the lowest round, since the WAL position is the
+// whole cluster's and other sessions add to it). It runs once whatever b.N is: run
+// it with -benchtime 1x.
+func BenchmarkSyncedVsPlain(b *testing.B) {
+	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 70 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for _, tbl := range []string{"plain_items", "e2e_items"} {
+		if _, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (id text PRIMARY KEY, tenant text NOT NULL, grp bigint NOT NULL, title text NOT NULL, n bigint NOT NULL DEFAULT 0)"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e, err := core.New(core.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := core.Register(e, core.Resource[tItem]{Name: "items", Table: "e2e_items"}); err != nil {
+		b.Fatal(err)
+	}
+	f := migrated(b, pool, name, pgfeed.Options{}, e.Schemas()...)
+
+	// The sequencer runs throughout, as on an app node: the synced figures
+	// include the work that gives the changes their positions.
+	f.StartSequencer()
+
+	var seq atomic.Int64
+	round := func(table string, writers int) (rate, walPerCommit float64) {
+		sql := "INSERT INTO " + table + " (id, tenant, grp, title) VALUES ($1, $2, $3, 'a title of a typical length')"
+		var lsn0, lsn1 string
+		if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn0); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(syncedRoundTime)
+		var next, done atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range writers {
+			wg.Go(func() {
+				for next.Add(1) <= syncedRoundCommits && time.Now().Before(deadline) {
+					id := seq.Add(1)
+					if _, err := pool.Exec(ctx, sql, fmt.Sprint("k", id), fmt.Sprint("t", id%10), id%3); err != nil {
+						b.Error(err)
+						return
+					}
+					done.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		var wal int64
+		if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn1); err != nil {
+			b.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, "SELECT (pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn))::bigint", lsn1, lsn0).Scan(&wal); err != nil {
+			b.Fatal(err)
+		}
+		n := done.Load()
+		return float64(n) / elapsed.Seconds(), float64(wal) / float64(max(n, 1))
+	}
+
+	median := func(xs []float64) float64 {
+		s := slices.Clone(xs)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	b.ResetTimer()
+	var report strings.Builder
+	for _, writers := range []int{1, 16, 64} {
+		var plain, synced, plainWAL, syncedWAL []float64
+		for range syncedRounds {
+			r, w := round("plain_items", writers)
+			plain, plainWAL = append(plain, r), append(plainWAL, w)
+			r, w = round("e2e_items", writers)
+			synced, syncedWAL = append(synced, r), append(syncedWAL, w)
+			if b.Failed() {
+				b.FailNow()
+			}
+		}
+		ratio := median(synced) / median(plain)
+		fmt.Fprintf(&report, "writers=%d: plain %.0f commits/s (rounds %.0f), synced %.0f commits/s (rounds %.0f), synced/plain %.2f; WAL bytes/commit plain %.0f, synced %.0f (lowest rounds)\n",
+			writers, median(plain), plain, median(synced), synced, ratio, slices.Min(plainWAL), slices.Min(syncedWAL))
+		b.ReportMetric(ratio, fmt.Sprintf("synced/plain@%d", writers))
+		b.ReportMetric(median(plain), fmt.Sprintf("plain-commits/s@%d", writers))
+		b.ReportMetric(median(synced), fmt.Sprintf("synced-commits/s@%d", writers))
+		b.ReportMetric(slices.Min(plainWAL), fmt.Sprintf("plain-WAL-B/commit@%d", writers))
+		b.ReportMetric(slices.Min(syncedWAL), fmt.Sprintf("synced-WAL-B/commit@%d", writers))
+	}
+	b.StopTimer()
+
+	// Every synced commit was captured.
+	h, err := f.Head(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rows, changes int64
+	if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM e2e_items), (SELECT count(*) FROM "+f.ChangesTable()+")").Scan(&rows, &changes); err != nil {
+		b.Fatal(err)
+	}
+	if rows != changes {
+		b.Fatalf("%d rows inserted, %d changes up to head %d", rows, changes, h)
+	}
+	b.Log("\n" + report.String())
+}

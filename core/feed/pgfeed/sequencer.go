@@ -1,0 +1,212 @@
+package pgfeed
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidesync/tide/core/protocol"
+)
+
+// The sequencer gives committed changes their positions.
+//
+// The capture appends row events to the outbox without any ordering (see
+// captureDDL). One session per database, the sequencer, holds the
+// session-level advisory lock (lockClassSequencer, key) on a dedicated
+// connection and runs the sequence function in a loop: each call waits
+// server-side, looking at the outbox as often as every millisecond right
+// after changes arrived and less often the longer none did (at most
+// Options.SequencerInterval apart), and as soon as it sees committed rows
+// it moves them, whole transactions ordered by their last outbox id, into
+// the change log with positions from the log's sequence, in one statement,
+// then notifies the tailers once. Every Feed that tails is a candidate: a
+// standby retries the lock with jittered backoff and takes over when the
+// holder's session ends.
+//
+// Head and Snapshot run the same step inline when the outbox holds
+// committed rows, so they cover every change committed before they were
+// called, whether or not a sequencer runs. Steps exclude one another with a
+// transaction-level advisory lock (lockClassCapture, key), so positions
+// become visible in order; docs/architecture.md argues why no reader can
+// skip a change.
+
+// Bounds of the sequencer candidate's retries.
+const (
+	sequencerMinBackoff = 100 * time.Millisecond
+	sequencerMaxBackoff = 2 * time.Second
+	// sequencerWait bounds one call of the sequence function when nothing
+	// arrives, so the leader notices a lost connection and Close promptly.
+	sequencerWait = 250 * time.Millisecond
+	// outboxVacuumEvery is how often the sequencer vacuums the outbox while
+	// changes flow.
+	outboxVacuumEvery = time.Second
+)
+
+// StartSequencer makes this feed a candidate for the database's sequencer
+// role, on a goroutine that Close stops. Tail starts it too, so a node that
+// tails needs nothing else; call it on nodes that write to synced tables
+// but never tail, should no node tail. Calling it again does nothing.
+func (f *Feed) StartSequencer() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.startSequencerLocked()
+}
+
+func (f *Feed) startSequencerLocked() {
+	if f.closed || f.sequencerOn {
+		return
+	}
+	f.sequencerOn = true
+	f.wg.Add(1)
+	go f.sequencer()
+}
+
+// sequencer is the election loop: try the role's lock on a dedicated
+// connection; sequence while holding it; otherwise wait a jittered backoff
+// and try again.
+func (f *Feed) sequencer() {
+	defer f.wg.Done()
+	ctx := f.ctx
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			closePgConn(conn)
+		}
+	}()
+	for attempt := 0; ctx.Err() == nil; {
+		if conn == nil {
+			c, err := f.sequencerConnect(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					f.log.Warn("pgfeed: sequencer cannot connect; retrying", "schema", f.opts.Schema, "err", err, "attempt", attempt)
+				}
+				protocol.Sleep(ctx, protocol.Backoff(attempt, sequencerMinBackoff, sequencerMaxBackoff))
+				attempt++
+				continue
+			}
+			conn = c
+		}
+		var got bool
+		err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", f.n.sequencerA, f.n.key).Scan(&got)
+		if err != nil || !got {
+			if err != nil {
+				closePgConn(conn) // the lock may or may not be held: drop the session
+				conn = nil
+				if ctx.Err() == nil {
+					f.log.Warn("pgfeed: sequencer lock attempt failed; retrying", "schema", f.opts.Schema, "err", err, "attempt", attempt)
+				}
+			}
+			protocol.Sleep(ctx, protocol.Backoff(attempt, sequencerMinBackoff, sequencerMaxBackoff))
+			attempt++
+			continue
+		}
+		err = f.sequence(ctx, conn)
+		closePgConn(conn) // releases the lock if the session still lives
+		conn = nil
+		attempt = 0
+		if ctx.Err() != nil {
+			return
+		}
+		f.log.Warn("pgfeed: sequencer stepped down", "schema", f.opts.Schema, "err", err)
+		// Let a standby take over: they retry at least every
+		// sequencerMaxBackoff.
+		protocol.Sleep(ctx, sequencerMaxBackoff+protocol.Backoff(0, sequencerMaxBackoff, sequencerMaxBackoff))
+	}
+}
+
+func (f *Feed) sequencerConnect(ctx context.Context) (*pgx.Conn, error) {
+	cfg := f.pool.Config().ConnConfig.Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = "tide sequencer"
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return pgx.ConnectConfig(cctx, cfg)
+}
+
+// sequence runs one term of the sequencer on conn, which holds the role's
+// lock, until a call fails (the session, and with it the lock, may be gone)
+// or ctx ends.
+func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
+	f.sequencerPID.Store(conn.PgConn().PID())
+	f.sequencerTerms.Add(1)
+	f.sequencing.Store(true)
+	defer func() {
+		f.sequencing.Store(false)
+		f.sequencerPID.Store(0)
+	}()
+	f.log.Info("pgfeed: sequencing", "schema", f.opts.Schema, "pid", conn.PgConn().PID())
+
+	// A call is never abandoned half way: when ctx ends, the server is asked
+	// to cancel it and the call returns once the server has rolled it back,
+	// so no step outlives this term holding locks (a dropped connection
+	// would leave the backend running until it next talks to the client).
+	// Only if the server does not answer is the connection cut.
+	qctx, cut := context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	var stopping sync.WaitGroup
+	stopping.Add(1)
+	stop := context.AfterFunc(ctx, func() {
+		defer stopping.Done()
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = conn.PgConn().CancelRequest(cctx)
+		cancel()
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case <-returned:
+		case <-t.C:
+			cut()
+		}
+	})
+	defer func() {
+		close(returned)
+		if stop() {
+			stopping.Done() // ctx did not end: the func never runs
+		}
+		stopping.Wait()
+		cut()
+	}()
+	sql := "SELECT moved FROM " + f.n.seqFn + "($1, $2, $3, $4)"
+	wait := sequencerWait.Milliseconds()
+	maxPause := f.opts.SequencerInterval.Milliseconds()
+	last := time.Now()   // when the last step moved changes
+	var unvacuumed int64 // changes moved out of the outbox since its last vacuum
+	lastVacuum := time.Now()
+	for {
+		if unvacuumed > 0 && time.Since(lastVacuum) >= outboxVacuumEvery {
+			// The outbox is a queue: every row is deleted soon after it is
+			// written. Reclaiming the space often keeps it a few pages long,
+			// so the steps' scans of it stay cheap whatever autovacuum does.
+			if _, err := conn.Exec(qctx, "VACUUM (TRUNCATE false, SKIP_LOCKED) "+f.n.outbox); err != nil {
+				return err
+			}
+			unvacuumed, lastVacuum = 0, time.Now()
+		}
+		idle := time.Since(last).Milliseconds()
+		var moved int64
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := conn.QueryRow(qctx, sql, f.opts.SequencerBatch, wait, idle, maxPause).Scan(&moved); err != nil {
+			return err
+		}
+		if moved > 0 {
+			last = time.Now()
+			f.sequencerSteps.Add(1)
+			f.sequenced.Add(moved)
+			unvacuumed += moved
+			f.ring() // this node's tailers need not wait for the notification
+		}
+	}
+}
+
+// closePgConn closes a dedicated connection, bounded in time.
+func closePgConn(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}

@@ -1,0 +1,211 @@
+package pgfeed_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
+)
+
+// TestLongTransactionDeliveredLast: a transaction that began (and wrote)
+// before many others commits after all of them; subscribers on two nodes
+// must get it after them, not skip it. Run on one node (two nodes' worth of
+// subscribers, one sequencer candidate) and with two nodes whose sequencer
+// is killed mid-run, so the role fails over to the other node while the
+// long transaction is open and the other writers commit.
+func TestLongTransactionDeliveredLast(t *testing.T) {
+	t.Parallel()
+	for _, failover := range []bool{false, true} {
+		name := "one node"
+		if failover {
+			name = "sequencer fails over"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runLongTransaction(t, failover)
+		})
+	}
+}
+
+func runLongTransaction(t *testing.T, failover bool) {
+	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a := newE2EServer(t, pool, name, pgfeed.Options{}, core.Config{})
+	nodes := []*e2eServer{a, a}
+	if failover {
+		nodes[1] = newE2ENode(t, pool, name, pgfeed.Options{}, core.Config{})
+	}
+
+	specs := []scopeSpec{scopeAll(), scopeTenant("t1"), scopeTenant("t2")}
+	var subs []*subscriber
+	runCtx, stop := context.WithCancel(ctx)
+	defer func() {
+		stop()
+		for _, s := range subs {
+			<-s.done
+		}
+	}()
+	for i, n := range nodes {
+		for _, spec := range specs {
+			s := newSubscriber(t, n.url, fmt.Sprintf("node%d %s", i, spec.scope), spec, nil, nil)
+			s.subscribe(t)
+			s.run(runCtx)
+			subs = append(subs, s)
+		}
+	}
+	// The feeds start their sequencer candidates with their tailers; wait
+	// for one to hold the role, without calling Head (which would give the
+	// positions itself).
+	leader := func() (*pgfeed.Feed, *pgfeed.Feed) {
+		for {
+			for i, n := range nodes {
+				if n.feed.Stats().Sequencing {
+					return n.feed, nodes[1-i].feed
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatal("no feed took the sequencer role")
+			}
+			// A bounded poll on a condition another goroutine sets.
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	leader()
+
+	// The long transaction writes first (a new row and an update of a row
+	// the others never touch) and stays open.
+	exec2(t, pool, "INSERT INTO e2e_items (id, tenant, grp, title) VALUES ('old', 't1', 1, 'v1')")
+	long, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Rollback(ctx)
+	exec2(t, long, "INSERT INTO e2e_items (id, tenant, grp, title) VALUES ('long', 't2', 1, 'long')")
+	exec2(t, long, "UPDATE e2e_items SET title = 'by long', tenant = 't2' WHERE id = 'old'")
+
+	const others = 60
+	commit := func(i int) {
+		exec2(t, pool, "INSERT INTO e2e_items (id, tenant, grp, title) VALUES ($1, $2, 1, 'other')", fmt.Sprintf("o%02d", i), []string{"t1", "t2"}[i%2])
+	}
+	waitAll := func(what string, ok func(spec scopeSpec) func(map[string]tItem) bool) {
+		t.Helper()
+		for _, s := range subs {
+			if err := s.chk.waitRows(ctx, what, ok(s.chk.spec)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Subscribers of a tenant see only that tenant's rows.
+	hasOthers := func(n int) func(scopeSpec) func(map[string]tItem) bool {
+		return func(spec scopeSpec) func(map[string]tItem) bool {
+			return func(rows map[string]tItem) bool {
+				for i := range n {
+					it := tItem{Tenant: []string{"t1", "t2"}[i%2]}
+					if _, ok := rows[fmt.Sprintf("o%02d", i)]; spec.match(it) && !ok {
+						return false
+					}
+				}
+				return true
+			}
+		}
+	}
+	for i := range others / 2 {
+		commit(i)
+	}
+	waitAll("the first half of the other commits", hasOthers(others/2))
+
+	var moved *pgfeed.Feed
+	if failover {
+		// Kill the sequencer's session until the other node holds the role.
+		from, to := leader()
+		for !to.Stats().Sequencing {
+			if pid := from.SequencerPID(); pid != 0 {
+				exec2(t, pool, "SELECT pg_terminate_backend($1)", int32(pid))
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the sequencer role did not move to the other node")
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Millisecond): // a bounded poll on the role
+			}
+		}
+		t.Logf("sequencer moved: %+v -> %+v", from.Stats(), to.Stats())
+		moved = to
+	}
+	for i := others / 2; i < others; i++ {
+		commit(i)
+	}
+	waitAll("every other commit", hasOthers(others))
+	for _, s := range subs {
+		s.chk.mu.Lock()
+		if it, ok := s.chk.rows["long"]; ok {
+			t.Errorf("%s has the row of the open transaction: %+v", s.chk.name, it)
+		}
+		s.chk.mu.Unlock()
+	}
+
+	// The long transaction commits last: every subscriber gets it.
+	if err := long.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitAll("the long transaction", func(spec scopeSpec) func(map[string]tItem) bool {
+		return func(rows map[string]tItem) bool {
+			if !spec.match(tItem{Tenant: "t2"}) {
+				_, stale := rows["old"] // moved out of t1 by the long transaction
+				return !stale
+			}
+			return rows["long"].Title == "long" && rows["old"].Title == "by long"
+		}
+	})
+
+	// Its changes come after every other commit's, contiguous.
+	rows, err := pool.Query(ctx, "SELECT pos, key FROM "+a.feed.ChangesTable()+" ORDER BY pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	var last int64
+	for rows.Next() {
+		var p int64
+		var k string
+		if err := rows.Scan(&p, &k); err != nil {
+			t.Fatal(err)
+		}
+		order, last = append(order, k), p
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	tail := strings.Join(order[len(order)-4:], ",")
+	if len(order) != 1+others+3 || tail != "o59,long,old,old" {
+		t.Fatalf("change log order ends with %s (%d changes up to %d), want the other commits, then the long transaction's insert and move", tail, len(order), last)
+	}
+	for _, s := range subs {
+		if d := s.chk.diff(a.rows(t, s.chk.spec.match)); d != "" {
+			t.Errorf("%s: copy differs from SELECT: %s", s.chk.name, d)
+		}
+		s.chk.mu.Lock()
+		for _, v := range s.chk.violations {
+			t.Error(v)
+		}
+		s.chk.mu.Unlock()
+	}
+	t.Logf("stats: node0 %+v, node1 %+v", nodes[0].feed.Stats(), nodes[1].feed.Stats())
+	if moved != nil {
+		if st := moved.Stats(); st.SequencerTerms == 0 || st.Sequenced == 0 {
+			t.Fatalf("the node that took over the sequencer gave no positions: %+v", st)
+		}
+	}
+}
