@@ -130,53 +130,33 @@ func (f *Feed) Snapshot(ctx context.Context, q feed.SnapshotQuery) (feed.Snapsho
 //
 // The page must be exactly the state at the position it reports, yet a
 // transaction may have committed without a position yet (it waits in the
-// outbox for the sequencer). So the statement that reads the page is itself
-// a sequencing step: holding the sequencing lock (taken by the statement
-// before, so its snapshot sees every earlier step), it moves every outbox
-// row its snapshot sees into the change log and reports the head past
-// them. Every transaction the page reflects is then at or below the head,
-// and every change at or below it is reflected.
+// outbox for the sequencer). The page is first read by one statement that
+// also checks whether its snapshot sees any outbox row: if none, every
+// transaction it sees has its positions at or below the head it read (a
+// step removes outbox rows in the transaction that gives them positions),
+// and the page is exact, read without any lock. Otherwise the page is read
+// again by a statement that is itself a sequencing step: holding the
+// sequencing lock (taken by the statement before, so its snapshot sees
+// every earlier step), it moves every outbox row its snapshot sees into the
+// change log and reports the head past them.
 func (f *Feed) snapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, typed bool) (feed.SnapshotPage, error) {
-	sql, args := f.snapshotSQL(p, q, typed)
-	var page feed.SnapshotPage
-	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		page = feed.SnapshotPage{}
-		if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", f.n.lockA, f.n.key); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		var moved int64
-		for rows.Next() {
-			var head int64
-			var found bool
-			var c feed.Change
-			var data []byte
-			if err := rows.Scan(&head, &moved, &found, &c.Key, &c.Scope, &data); err != nil {
+	page, pending, err := f.snapshotPage(ctx, f.pool, p, q, typed, false)
+	if err == nil && pending > 0 {
+		err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", f.n.lockA, f.n.key); err != nil {
 				return err
 			}
-			c.Row = data
-			page.Pos = feed.Position(head)
-			if !found {
-				continue
+			var moved int64
+			var err error
+			page, moved, err = f.snapshotPage(ctx, tx, p, q, typed, true)
+			if err != nil || moved == 0 {
+				return err
 			}
-			c.Resource, c.Op = q.Scope.Schema.Name, feed.OpUpsert
-			page.Rows = append(page.Rows, c)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if moved > 0 {
 			// Tailers learn of the new positions as from the sequencer.
-			if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_notify($1, '')", f.n.channel); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+			_, err = tx.Exec(ctx, "SELECT pg_catalog.pg_notify($1, '')", f.n.channel)
+			return err
+		})
+	}
 	if err != nil {
 		if isBadParameter(err) {
 			return feed.SnapshotPage{}, err
@@ -189,8 +169,46 @@ func (f *Feed) snapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, type
 	return page, nil
 }
 
-// snapshotSQL builds the snapshot statement of q and its arguments.
-func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed bool) (string, []any) {
+// snapshotPage runs the snapshot statement (see snapshotSQL) on q and
+// returns the page and the statement's count: the outbox rows it saw (0 or
+// 1), or, with sequence, those it moved.
+func (f *Feed) snapshotPage(ctx context.Context, q querier, p *plan, sq feed.SnapshotQuery, typed, sequence bool) (feed.SnapshotPage, int64, error) {
+	sql, args := f.snapshotSQL(p, sq, typed, sequence)
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return feed.SnapshotPage{}, 0, err
+	}
+	defer rows.Close()
+	var page feed.SnapshotPage
+	var count int64
+	for rows.Next() {
+		var head int64
+		var found bool
+		var c feed.Change
+		var data []byte
+		if err := rows.Scan(&head, &count, &found, &c.Key, &c.Scope, &data); err != nil {
+			return feed.SnapshotPage{}, 0, err
+		}
+		c.Row = data
+		page.Pos = feed.Position(head)
+		if !found {
+			continue
+		}
+		c.Resource, c.Op = sq.Scope.Schema.Name, feed.OpUpsert
+		page.Rows = append(page.Rows, c)
+	}
+	if err := rows.Err(); err != nil {
+		return feed.SnapshotPage{}, 0, err
+	}
+	return page, count, nil
+}
+
+// snapshotSQL builds the snapshot statement of q and its arguments. Its
+// second column counts the outbox rows its snapshot sees (0 or 1); with
+// sequence, the statement moves them all into the change log (a
+// sequencing step: run it holding the sequencing lock), counts those, and
+// reports the head past them.
+func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence bool) (string, []any) {
 	args := []any{q.Limit}
 	param := func(v any) string {
 		args = append(args, v)
@@ -226,8 +244,12 @@ func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed bool) (string, [
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	sql := f.n.moveAll + `
-SELECT greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0)), (SELECT count(*) FROM i), r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
+	head, count := "h.head", "(SELECT count(*) FROM (SELECT 1 FROM "+f.n.outbox+" LIMIT 1) o)"
+	with := ""
+	if sequence {
+		head, count, with = "greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0))", "(SELECT count(*) FROM i)", f.n.moveAll+"\n"
+	}
+	sql := with + `SELECT ` + head + `, ` + count + `, r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
 FROM (SELECT ` + f.n.headExpr + ` AS head) h
 LEFT JOIN LATERAL (SELECT ` + p.keyExpr("t") + ` AS k, ` + p.scopeExpr("t") + ` AS sc, ` + p.rowExpr("t") + ` AS data, t.` + p.key + ` AS sk
  FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1) r ON true ORDER BY r.sk`

@@ -2,7 +2,9 @@ package pgfeed_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/internal/testenv"
 )
@@ -207,5 +210,61 @@ func runLongTransaction(t *testing.T, failover bool) {
 		if st := moved.Stats(); st.SequencerTerms == 0 || st.Sequenced == 0 {
 			t.Fatalf("the node that took over the sequencer gave no positions: %+v", st)
 		}
+	}
+}
+
+// TestConflictingWritesInCommitOrder: two transactions write the same row,
+// the one that began writing first (and took the lower outbox ids) commits
+// last, and both are sequenced by one step; the row's changes must be in
+// commit order, so a replay ends with the last committer's row. With SET
+// CONSTRAINTS ALL IMMEDIATE the capture runs at each statement's end, so
+// the later committer's first outbox id is lower than the earlier one's:
+// ordering transactions by their first id would get this wrong.
+func TestConflictingWritesInCommitOrder(t *testing.T) {
+	t.Parallel()
+	for _, immediate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("immediate=%v", immediate), func(t *testing.T) {
+			t.Parallel()
+			// No Tail: no sequencer runs, so the one step is Head's.
+			f, pool := newFeed(t, pgfeed.Options{}, feedtest.Items)
+			ctx := testCtx(t)
+			insertItem(t, pool, "r", "t1", 1)
+			h0 := head(t, f)
+
+			late, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer late.Rollback(ctx)
+			if immediate {
+				exec2(t, late, "SET CONSTRAINTS ALL IMMEDIATE")
+			}
+			insertItem(t, late, "q", "t1", 1) // its first capture, early
+			early, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer early.Rollback(ctx)
+			exec2(t, early, "UPDATE feedtest_items SET title = 'early' WHERE id = 'r'")
+			if err := early.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			exec2(t, late, "UPDATE feedtest_items SET title = 'late' WHERE id = 'r'")
+			if err := late.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			var got []string
+			for _, c := range replayAll(t, f, items(), h0, head(t, f)) {
+				var row struct{ Title string }
+				if err := json.Unmarshal(c.Row, &row); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, c.Key+"="+row.Title)
+			}
+			if want := []string{"r=early", "q=x", "r=late"}; !slices.Equal(got, want) {
+				t.Fatalf("changes in position order %v, want %v (commit order, transactions contiguous)", got, want)
+			}
+		})
 	}
 }

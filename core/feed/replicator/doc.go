@@ -45,6 +45,12 @@
 // change log itself) and the leader only prunes. Do not also call
 // pgfeed.Feed.StartPruner (harmless, but redundant).
 //
+// The change log's sequencer (the session that gives committed changes
+// their positions, see package pgfeed) is elected separately, by the feeds
+// themselves: Start makes this node's feed a candidate, so with the NATS
+// bus, where only the leader tails the feed, every node can still take the
+// sequencer role over.
+//
 // Defaults: backoff 100 ms to 2 s, lock check every 1 s, prune every
 // minute, batches of 1024 changes.
 package replicator

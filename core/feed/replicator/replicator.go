@@ -221,10 +221,15 @@ func New(cfg Config) (*Replicator, error) {
 // pg_try_advisory_lock(LockClass, key).
 func (r *Replicator) LockKey() (int32, int32) { return LockClass, r.key }
 
-// Start runs the replicator on a goroutine until Close. Calling it again
-// does nothing.
+// Start runs the replicator on a goroutine until Close. It also makes the
+// node's feed a candidate for the sequencer role (pgfeed.Feed.StartSequencer;
+// the feed's Close stops it), so every node can take that role over, not
+// only those that have tailed the feed. Calling it again does nothing.
 func (r *Replicator) Start() {
-	r.once.Do(func() { go r.run() })
+	r.once.Do(func() {
+		r.cfg.Feed.StartSequencer()
+		go r.run()
+	})
 }
 
 // Close stops the replicator: a leader stops publishing and closes its lock
