@@ -196,5 +196,8 @@ func (s *subscription) goLive(hw feed.Position) bool {
 		}
 		s.deliverLocked(b, nil)
 	}
+	if s.state == subLive && s.advanceTo > s.delivered {
+		s.advanceLocked(s.advanceTo)
+	}
 	return true
 }

@@ -176,45 +176,37 @@ func (f failed) Unwrap() error { return f.err }
 // for every mutate frame and what POST <prefix>/mutate runs; f is
 // validated first (protocol.ClientFrame.Validate).
 func (e *Engine) Mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
-	f.Type = protocol.FrameMutate
-	if err := f.Validate(); err != nil {
-		return protocol.Reject(f.Key, err), err
-	}
-	frame, err := e.mutate(ctx, p, origin, f)
-	if err != nil {
-		e.stats.mutationsRejected.Add(1)
-		return protocol.Reject(f.Key, err), err
-	}
-	e.stats.mutationsApplied.Add(1)
-	return frame, nil
+	frame, _, err := e.runMutation(ctx, p, origin, f)
+	return frame, err
 }
 
-// mutate runs a validated mutate frame and returns its ack, or the refusal.
-func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
+// mutate runs a validated mutate frame and returns its ack and the ack's
+// position, or the refusal.
+func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, feed.Position, *protocol.Error) {
 	if e.Draining() {
-		return nil, ErrDraining
+		return nil, 0, ErrDraining
 	}
 	if err := e.awaitReady(ctx); err != nil {
-		return nil, ErrorFor(err)
+		return nil, 0, ErrorFor(err)
 	}
 	r := e.resource(f.Resource)
 	if r == nil {
-		return nil, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(f.Resource, 64))
+		return nil, 0, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(f.Resource, 64))
 	}
 	m := e.mutatorOf(r, f.Name)
 	if m == nil {
-		return nil, protocol.Errorf(protocol.CodeUnknownMutator, "resource %s has no mutator %q", r.schema.Name, protocol.Truncate(f.Name, 64))
+		return nil, 0, protocol.Errorf(protocol.CodeUnknownMutator, "resource %s has no mutator %q", r.schema.Name, protocol.Truncate(f.Name, 64))
 	}
 	args, err := m.decode(f.Args)
 	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeInvalidArgs, "%s.%s: %v", r.schema.Name, f.Name, err)
+		return nil, 0, protocol.Errorf(protocol.CodeInvalidArgs, "%s.%s: %v", r.schema.Name, f.Name, err)
 	}
 	if err := e.authorizeMutation(ctx, m, p, args); err != nil {
-		return nil, protocol.Errorf(deniedCode(err), "%s.%s: %v", r.schema.Name, f.Name, err)
+		return nil, 0, protocol.Errorf(deniedCode(err), "%s.%s: %v", r.schema.Name, f.Name, err)
 	}
 	t, ok := e.feed.(feed.Transactor)
 	if !ok {
-		return nil, protocol.Errorf(protocol.CodeUnavailable, "this server's change feed cannot run mutators")
+		return nil, 0, protocol.Errorf(protocol.CodeUnavailable, "this server's change feed cannot run mutators")
 	}
 	id := feed.MutationID{Principal: p.ID, Origin: origin, Key: f.Key, At: time.UnixMilli(f.At)}
 	result, replayed, err := t.Transact(ctx, id, func(ctx context.Context, ftx feed.Tx) ([]byte, error) {
@@ -228,25 +220,25 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 	switch {
 	case err == nil:
 	case errors.Is(err, feed.ErrKeyExpired):
-		return nil, protocol.Errorf(protocol.CodeKeyExpired, "%v", err)
+		return nil, 0, protocol.Errorf(protocol.CodeKeyExpired, "%v", err)
 	case errors.As(err, &mf) && errors.Is(err, ErrConflict):
-		return nil, protocol.Errorf(protocol.CodeConflict, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
+		return nil, 0, protocol.Errorf(protocol.CodeConflict, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
 	case errors.As(err, &mf) && errors.Is(err, ErrInvalidArgs):
-		return nil, protocol.Errorf(protocol.CodeInvalidArgs, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
+		return nil, 0, protocol.Errorf(protocol.CodeInvalidArgs, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
 	case errors.As(err, &mf):
 		e.cfg.Logger.Warn("tide: mutator failed", "resource", r.schema.Name, "mutator", f.Name, "err", mf.err)
-		return nil, protocol.Errorf(protocol.CodeMutatorFailed, "%s.%s failed", r.schema.Name, f.Name)
+		return nil, 0, protocol.Errorf(protocol.CodeMutatorFailed, "%s.%s failed", r.schema.Name, f.Name)
 	default:
 		e.cfg.Logger.Error("tide: mutation not applied: the feed failed", "resource", r.schema.Name, "mutator", f.Name, "err", err)
-		return nil, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
+		return nil, 0, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
 	}
 	// Head covers the committed writes: a subscription whose cursor reaches
 	// it reflects them.
 	head, err := e.head(ctx)
 	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
+		return nil, 0, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
 	}
-	return protocol.Ack(f.Key, e.cursorString(head), result, replayed), nil
+	return protocol.Ack(f.Key, e.cursorString(head), result, replayed), head, nil
 }
 
 // authorizeMutation runs the mutator's policy, denying when it has none or
@@ -328,7 +320,52 @@ func (c *conn) mutateLoop() {
 		f := c.muts.queue[0]
 		c.muts.queue = c.muts.queue[1:]
 		c.mu.Unlock()
-		frame, _ := c.e.Mutate(c.e.ctx, c.currentPrincipal(), c.origin, f)
+		frame, pos, err := c.e.runMutation(c.e.ctx, c.currentPrincipal(), c.origin, f)
 		c.sendFrame(frame)
+		if err == nil {
+			c.advanceSubs(pos)
+		}
+	}
+}
+
+// runMutation is Mutate, also returning the ack's position.
+func (e *Engine) runMutation(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, feed.Position, *protocol.Error) {
+	f.Type = protocol.FrameMutate
+	if err := f.Validate(); err != nil {
+		e.stats.mutationsRejected.Add(1)
+		return protocol.Reject(f.Key, err), 0, err
+	}
+	frame, pos, err := e.mutate(ctx, p, origin, f)
+	if err != nil {
+		e.stats.mutationsRejected.Add(1)
+		return protocol.Reject(f.Key, err), 0, err
+	}
+	e.stats.mutationsApplied.Add(1)
+	return frame, pos, nil
+}
+
+// advanceWait bounds how long a connection's mutation queue waits for the
+// fan-out to dispatch an acknowledged write before moving on (the tailer
+// is behind: the subscriptions advance with their next change instead).
+const advanceWait = 5 * time.Second
+
+// advanceSubs moves every subscription of c to pos, the position its
+// client's mutation was acknowledged at, once the fan-out has dispatched
+// through pos: so the client learns that its copies reflect the write even
+// when the write changed nothing in their scopes (a live subscription
+// behind pos gets an empty changes frame at pos; one catching up, at the
+// end of its catch-up).
+func (c *conn) advanceSubs(pos feed.Position) {
+	if !c.e.cache.recent.await(c.e.ctx, pos, advanceWait) {
+		return
+	}
+	c.mu.Lock()
+	subs := make([]*subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.advance(pos)
 	}
 }

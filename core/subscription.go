@@ -44,6 +44,10 @@ type subscription struct {
 	bufBytes  int         // bytes of entries in buf, bounded by SendBuffer
 	overflow  bool        // buf overflowed: replay another round
 	delivered feed.Position
+	// advanceTo is a position the client's own mutation was acknowledged
+	// at: the subscription's cursor is moved there once it is live (see
+	// advance).
+	advanceTo feed.Position
 }
 
 func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) *subscription {
@@ -178,4 +182,25 @@ func (s *subscription) close() {
 	s.mu.Lock()
 	s.buf, s.bufBytes = nil, 0
 	s.mu.Unlock()
+}
+
+// advance moves the subscription's cursor to pos, every change up to which
+// the fan-out has dispatched: at once if it is live, at the end of its
+// catch-up otherwise.
+func (s *subscription) advance(pos feed.Position) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == subLive && s.delivered < pos {
+		s.advanceLocked(pos)
+		return
+	}
+	s.advanceTo = max(s.advanceTo, pos)
+}
+
+// advanceLocked queues an empty changes frame at pos, after every live
+// entry already queued. The caller holds s.mu.
+func (s *subscription) advanceLocked(pos feed.Position) {
+	frame := protocol.AppendLiveChangesStart(nil, s.idJSON, s.c.e.epoch, uint64(pos))
+	s.c.sendFrame(protocol.AppendChangesEnd(frame))
+	s.delivered = pos
 }

@@ -134,6 +134,20 @@ END
 $tide$`,
 		}
 	}},
+	// Version 3: the idempotency keys of mutations, recorded in the
+	// mutation's own transaction (see Transact) and pruned with the changes.
+	{3, func(n names) []string {
+		return []string{
+			`CREATE TABLE ` + n.keys + ` (
+  principal text NOT NULL,
+  origin text NOT NULL,
+  key text NOT NULL,
+  made_at timestamptz NOT NULL,
+  result bytea,
+  PRIMARY KEY (principal, origin, key))`,
+			`CREATE INDEX mutation_keys_made_at ON ` + n.keys + ` (made_at)`,
+		}
+	}},
 }
 
 // lockArgs renders the two keys of an advisory lock as SQL arguments.

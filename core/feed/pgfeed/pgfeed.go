@@ -46,7 +46,9 @@ type Options struct {
 	// reconnects). Zero value: 1 s.
 	PollInterval time.Duration
 
-	// MaxAge is the age past which Prune drops changes. Zero value: 7 days.
+	// MaxAge is the age past which Prune drops changes, and the idempotency
+	// keys of mutations (a mutation older than it is refused). Zero value:
+	// 7 days.
 	// Negative: changes are never dropped for their age.
 	MaxAge time.Duration
 	// MaxChanges is the most changes Prune keeps. Zero value: 10,000,000.
@@ -277,6 +279,7 @@ type names struct {
 	meta       string
 	resources  string
 	migrations string
+	keys       string // idempotency keys of mutations
 	seq        string
 	seqLit     string // the sequence as a string literal, for nextval
 	channel    string // raw NOTIFY channel name
@@ -312,6 +315,7 @@ func newNames(schema string) names {
 		meta:       q("meta"),
 		resources:  q("resources"),
 		migrations: q("schema_migrations"),
+		keys:       q("mutation_keys"),
 		seq:        q("pos_seq"),
 		channel:    shortIdent(schema + "_changes"),
 		lockA:      lockClassCapture,

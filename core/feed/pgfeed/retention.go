@@ -50,6 +50,9 @@ func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
 		}
 		through = max(through, old)
 	}
+	if err := f.pruneKeys(ctx); err != nil {
+		return 0, err
+	}
 	return f.PruneThrough(ctx, feed.Position(through))
 }
 

@@ -50,32 +50,38 @@ func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) 
 	if len(muts) == 0 {
 		return nil
 	}
-	plans := make([]*plan, len(muts))
-	for i, m := range muts {
-		p, err := f.planFor(ctx, m.Schema)
-		if err != nil {
-			return err
-		}
-		plans[i] = p
-	}
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		if err := WithOrigin(ctx, tx, origin); err != nil {
 			return err
 		}
-		for i, m := range muts {
-			var err error
-			if m.Op == feed.OpUpsert {
-				_, err = tx.Exec(ctx, plans[i].upsert, string(m.Row))
-			} else {
-				_, err = tx.Exec(ctx, plans[i].delete, m.Key)
-			}
-			if err != nil {
-				return fmt.Errorf("%s %s %q: %w", m.Schema.Name, m.Op, m.Key, err)
-			}
-		}
-		return nil
+		return f.applyIn(ctx, tx, muts)
 	})
 	return f.wrap("apply", err)
+}
+
+// applyIn writes validated-or-not muts in tx: an upsert is INSERT … ON
+// CONFLICT (key) DO UPDATE from the JSON row, a delete is DELETE by key.
+func (f *Feed) applyIn(ctx context.Context, tx pgx.Tx, muts []feed.Mutation) error {
+	for i, m := range muts {
+		if err := validate(m); err != nil {
+			return fmt.Errorf("%w %d of %d: %s", feed.ErrInvalidMutation, i+1, len(muts), err)
+		}
+	}
+	for _, m := range muts {
+		p, err := f.planFor(ctx, m.Schema)
+		if err != nil {
+			return err
+		}
+		if m.Op == feed.OpUpsert {
+			_, err = tx.Exec(ctx, p.upsert, string(m.Row))
+		} else {
+			_, err = tx.Exec(ctx, p.delete, m.Key)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s %q: %w", m.Schema.Name, m.Op, m.Key, err)
+		}
+	}
+	return nil
 }
 
 // validate reports what is wrong with m for this feed, or nil.

@@ -1,0 +1,112 @@
+package pgfeed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidesync/tide/core/feed"
+)
+
+var _ feed.Transactor = (*Feed)(nil)
+
+// Tx is the Postgres feed's transaction for a server-side mutation. A
+// mutator reaches it through core.Tx.Feed; TxOf gives its pgx.Tx for any
+// SQL. Rows written in it are captured like every other write, tagged with
+// the mutation's origin.
+type Tx struct {
+	f  *Feed
+	tx pgx.Tx
+}
+
+// Pgx returns the transaction itself.
+func (t *Tx) Pgx() pgx.Tx { return t.tx }
+
+// Apply writes muts in the transaction, as Feed.Apply does in one of its
+// own.
+func (t *Tx) Apply(ctx context.Context, muts ...feed.Mutation) error {
+	return t.f.applyIn(ctx, t.tx, muts)
+}
+
+// TxOf returns the pgx.Tx of a mutator's transaction (core.Tx.Feed()), or
+// nil when tx is not one of this package's (another feed runs the engine).
+func TxOf(tx feed.Tx) pgx.Tx {
+	if t, ok := tx.(*Tx); ok {
+		return t.tx
+	}
+	return nil
+}
+
+// keyRetention is how long idempotency keys are kept: as long as changes
+// (Options.MaxAge); forever when changes are never dropped for age.
+func (f *Feed) keyRetention() time.Duration { return f.opts.MaxAge }
+
+// keyPruneSlack is how much longer than the retention a key stays in the
+// table: the expiry check uses this node's clock and pruning the
+// database's, so a key is never pruned while a node would still accept it.
+const keyPruneSlack = time.Hour
+
+// fnError carries the mutator's own error out of the transaction, to be
+// returned as is.
+type fnError struct{ err error }
+
+func (e fnError) Error() string { return e.err.Error() }
+
+// Transact runs fn in one transaction tagged with id.Origin and records
+// id in tide's keys table in that same transaction; see feed.Transactor.
+// The key's row is inserted first, so a second Transact of the same key on
+// any node waits on it until the first commits (then returns its recorded
+// result) or rolls back (then runs fn itself). Keys are kept as long as
+// changes (Options.MaxAge) and dropped by Prune.
+func (f *Feed) Transact(ctx context.Context, id feed.MutationID, fn func(ctx context.Context, tx feed.Tx) ([]byte, error)) ([]byte, bool, error) {
+	if r := f.keyRetention(); r > 0 && time.Since(id.At) > r {
+		return nil, false, fmt.Errorf("%w: made %s ago, keys are kept %s", feed.ErrKeyExpired, time.Since(id.At).Round(time.Second), r)
+	}
+	n := f.n
+	var result []byte
+	var replayed bool
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "INSERT INTO "+n.keys+" (principal, origin, key, made_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+			id.Principal, id.Origin, id.Key, id.At)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			replayed = true
+			return tx.QueryRow(ctx, "SELECT result FROM "+n.keys+" WHERE principal = $1 AND origin = $2 AND key = $3",
+				id.Principal, id.Origin, id.Key).Scan(&result)
+		}
+		if err := WithOrigin(ctx, tx, id.Origin); err != nil {
+			return err
+		}
+		r, err := fn(ctx, &Tx{f: f, tx: tx})
+		if err != nil {
+			return fnError{err}
+		}
+		result = r
+		_, err = tx.Exec(ctx, "UPDATE "+n.keys+" SET result = $4 WHERE principal = $1 AND origin = $2 AND key = $3",
+			id.Principal, id.Origin, id.Key, result)
+		return err
+	})
+	var fe fnError
+	if errors.As(err, &fe) {
+		return nil, false, fe.err
+	}
+	if err != nil {
+		return nil, false, f.wrap("transact", err)
+	}
+	return result, replayed, nil
+}
+
+// pruneKeys drops idempotency keys past the retention.
+func (f *Feed) pruneKeys(ctx context.Context) error {
+	r := f.keyRetention()
+	if r <= 0 {
+		return nil
+	}
+	_, err := f.pool.Exec(ctx, "DELETE FROM "+f.n.keys+" WHERE made_at < clock_timestamp() - $1::interval", (r + keyPruneSlack).String())
+	return f.wrap("prune keys", err)
+}
