@@ -323,7 +323,20 @@ func (c *conn) mutateLoop() {
 		frame, pos, err := c.e.runMutation(c.e.ctx, c.currentPrincipal(), c.origin, f)
 		c.sendFrame(frame)
 		if err == nil {
-			c.advanceSubs(pos)
+			c.mu.Lock()
+			hasSubs := len(c.subs) > 0
+			if hasSubs {
+				c.e.wg.Add(1)
+			}
+			c.mu.Unlock()
+			if hasSubs {
+				// Off the queue, so the next mutation need not wait for
+				// the fan-out.
+				go func() {
+					defer c.e.wg.Done()
+					c.advanceSubs(pos)
+				}()
+			}
 		}
 	}
 }
