@@ -178,14 +178,22 @@ func (f failed) Unwrap() error { return f.err }
 func (e *Engine) Mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
 	f.Type = protocol.FrameMutate
 	if err := f.Validate(); err != nil {
+		e.cfg.Observer.Mutated("", "", err.Code, 0)
 		return protocol.Reject(f.Key, err), err
 	}
+	began := time.Now()
+	ctx, span := e.startSpan(ctx, "tide.mutate", StrAttr("tide.resource", f.Resource), StrAttr("tide.mutator", f.Name))
 	frame, err := e.mutate(ctx, p, origin, f)
+	res, name := e.mutatorLabels(f)
 	if err != nil {
 		e.stats.mutationsRejected.Add(1)
+		e.cfg.Observer.Mutated(res, name, err.Code, time.Since(began))
+		span.End(err)
 		return protocol.Reject(f.Key, err), err
 	}
 	e.stats.mutationsApplied.Add(1)
+	e.cfg.Observer.Mutated(res, name, "", time.Since(began))
+	span.End(nil)
 	return frame, nil
 }
 
