@@ -48,7 +48,6 @@ func (s *subscription) catchUp(sp startPoint) error {
 			return err
 		}
 		if s.goLive(hw) {
-			s.endRound()
 			return nil
 		}
 		from = hw // the buffer overflowed: another round from where this one ended
@@ -189,6 +188,7 @@ func (s *subscription) goLive(hw feed.Position) bool {
 		return false
 	}
 	s.delivered = hw
+	s.endRound() // before the frame: whoever reads caught-up sees it counted
 	s.c.sendFrame(protocol.CaughtUp(s.id, s.c.e.cursorString(hw)))
 	s.state = subLive
 	buf := s.buf
