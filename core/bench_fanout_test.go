@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/metrics/tideprom"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/middleware"
@@ -22,15 +23,21 @@ import (
 
 // BenchmarkFanout measures live deliveries through real WebSockets on
 // loopback: b.N changes, each delivered to every subscriber of one scope.
-// The reported deliveries/s counts entries received by the clients.
+// The reported deliveries/s counts entries received by the clients. Each
+// size runs without metrics and with the Prometheus observer
+// (core/metrics/tideprom), so one run shows the metrics' overhead.
 func BenchmarkFanout(b *testing.B) {
 	for _, subs := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("subs=%d", subs), func(b *testing.B) { benchFanout(b, subs) })
+		b.Run(fmt.Sprintf("subs=%d", subs), func(b *testing.B) { benchFanout(b, subs, nil) })
+		b.Run(fmt.Sprintf("subs=%d/metrics", subs), func(b *testing.B) {
+			m := tideprom.New(tideprom.Options{})
+			benchFanout(b, subs, m)
+		})
 	}
 }
 
-func benchFanout(b *testing.B, subs int) {
-	e, err := core.New(core.Config{})
+func benchFanout(b *testing.B, subs int, obs core.Observer) {
+	e, err := core.New(core.Config{Observer: obs})
 	if err != nil {
 		b.Fatal(err)
 	}

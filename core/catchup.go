@@ -15,6 +15,7 @@ import (
 // high-water are dropped (the replay covered them), the rest follow the
 // caught-up frame in order.
 func (s *subscription) catchUp(sp startPoint) error {
+	s.beginRound()
 	if sp.reset != "" {
 		if err := s.reset(sp.reset); err != nil {
 			return err
@@ -163,11 +164,15 @@ func (s *subscription) sendChanges(changes []feed.Change) error {
 
 func (s *subscription) sendPage(pg page, cursor string) error {
 	var hdr [pageHeadroom]byte
-	return s.c.sendFrameWait(s.ctx, pg.frame(protocol.AppendChangesStart(hdr[:0], s.idJSON, cursor)))
+	span := s.notePage(pg)
+	err := s.c.sendFrameWait(s.ctx, pg.frame(protocol.AppendChangesStart(hdr[:0], s.idJSON, cursor)))
+	span.End(err)
+	return err
 }
 
 func (s *subscription) reset(reason protocol.ResetReason) error {
 	s.c.e.stats.resets.Add(1)
+	s.c.e.cfg.Observer.ResetSent(reason)
 	return s.c.sendFrameWait(s.ctx, protocol.Reset(s.id, reason))
 }
 
@@ -183,6 +188,7 @@ func (s *subscription) goLive(hw feed.Position) bool {
 		return false
 	}
 	s.delivered = hw
+	s.endRound() // before the frame: whoever reads caught-up sees it counted
 	s.c.sendFrame(protocol.CaughtUp(s.id, s.c.e.cursorString(hw)))
 	s.state = subLive
 	buf := s.buf

@@ -109,6 +109,14 @@ type Config struct {
 
 	// Logger receives operational events. Zero value: slog.Default().
 	Logger *slog.Logger
+
+	// Observer is told of every counted event (connections, subscriptions,
+	// deliveries, drops, mutations...), for metrics: see
+	// core/metrics/tideprom. Zero value: NopObserver.
+	Observer Observer
+	// Tracer starts the spans of subscribes, mutations and tail batches:
+	// see core/trace/tideotel. Zero value: no spans.
+	Tracer Tracer
 }
 
 // withDefaults returns a copy of c with every zero field set to its default.
@@ -143,6 +151,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 	return c
 }

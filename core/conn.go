@@ -63,6 +63,7 @@ func (e *Engine) Accept(ws Socket, p authz.Principal) error {
 	e.mu.Unlock()
 	e.start()
 	e.stats.connections.Add(1)
+	e.cfg.Observer.ConnOpened()
 	go c.readLoop()
 	return nil
 }
@@ -73,6 +74,7 @@ func (c *conn) handle(data []byte) {
 	if ferr != nil && f.Type == protocol.FrameMutate && f.Key != "" && c.helloDone && ferr.Code != protocol.CodeUnsupportedVersion {
 		// A mutation is answered by ack or reject, whatever is wrong with it.
 		c.e.stats.mutationsRejected.Add(1)
+		c.e.cfg.Observer.Mutated("", "", ferr.Code, 0)
 		c.sendFrame(protocol.Reject(protocol.Truncate(f.Key, protocol.MaxKeyLen), ferr))
 		return
 	}
@@ -168,18 +170,21 @@ func (c *conn) verifyToken(token string) (authz.Principal, time.Time, *protocol.
 func (c *conn) refresh(f protocol.ClientFrame) {
 	p, expiry, err := c.verifyToken(f.Token)
 	if err != nil {
+		c.e.cfg.Observer.TokenRefreshed(err.Code)
 		c.sendError("", err)
 		c.closeAfterFlush(protocol.ClosePolicy, "unauthenticated")
 		return
 	}
 	old := c.currentPrincipal()
 	if p.ID != old.ID {
+		c.e.cfg.Observer.TokenRefreshed(protocol.CodeForbidden)
 		c.sendError("", protocol.Errorf(protocol.CodeForbidden, "a refreshed token must be for the same principal"))
 		c.closeAfterFlush(protocol.ClosePolicy, "principal changed")
 		return
 	}
 	c.principal.Store(&p)
 	c.e.auth.schedule(c, expiry)
+	c.e.cfg.Observer.TokenRefreshed("")
 	if !samePrincipal(old, p) {
 		c.reauthorizeLater()
 	}
@@ -189,17 +194,20 @@ func (c *conn) subscribe(f protocol.ClientFrame) {
 	e := c.e
 	req, err := e.parseRequest(f.Resource, f.Conditions, f.Cursor, f.Limit)
 	if err != nil {
+		e.cfg.Observer.SubscribeRefused(resourceName(req.res), err.Code)
 		c.sendError(f.ID, err)
 		return
 	}
 	c.mu.Lock()
 	if _, dup := c.subs[f.ID]; dup {
 		c.mu.Unlock()
+		e.cfg.Observer.SubscribeRefused(req.res.schema.Name, protocol.CodeDuplicateSub)
 		c.sendError(f.ID, protocol.Errorf(protocol.CodeDuplicateSub, "subscription %q is already active", f.ID))
 		return
 	}
 	if len(c.subs) >= e.cfg.MaxSubscriptions {
 		c.mu.Unlock()
+		e.cfg.Observer.SubscribeRefused(req.res.schema.Name, protocol.CodeTooManySubscriptions)
 		c.sendError(f.ID, protocol.Errorf(protocol.CodeTooManySubscriptions, "at most %d subscriptions per connection", e.cfg.MaxSubscriptions))
 		return
 	}
@@ -208,6 +216,7 @@ func (c *conn) subscribe(f protocol.ClientFrame) {
 	e.wg.Add(1)
 	c.mu.Unlock()
 	e.stats.subscriptions.Add(1)
+	e.cfg.Observer.Subscribed(req.res.schema.Name)
 	go s.start(req)
 }
 
@@ -228,6 +237,7 @@ func (c *conn) dropSub(s *subscription) {
 	if c.subs[s.id] == s {
 		delete(c.subs, s.id)
 		c.e.stats.subscriptions.Add(-1)
+		c.e.cfg.Observer.SubscriptionEnded(s.res.schema.Name)
 	}
 	c.mu.Unlock()
 	s.close()
@@ -236,6 +246,7 @@ func (c *conn) dropSub(s *subscription) {
 // failSub reports err for a subscription and ends it.
 func (c *conn) failSub(s *subscription, err error) {
 	te := ErrorFor(err)
+	c.e.cfg.Observer.SubscribeRefused(s.res.schema.Name, te.Code)
 	if te.Code == protocol.CodeUnavailable {
 		c.e.cfg.Logger.Error("tide: subscription failed", "resource", s.scope.Schema.Name, "scope", s.scope.Key(), "err", err)
 	}

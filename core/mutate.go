@@ -346,14 +346,22 @@ func (e *Engine) runMutation(ctx context.Context, p authz.Principal, origin stri
 	f.Type = protocol.FrameMutate
 	if err := f.Validate(); err != nil {
 		e.stats.mutationsRejected.Add(1)
+		e.cfg.Observer.Mutated("", "", err.Code, 0)
 		return protocol.Reject(f.Key, err), 0, err
 	}
+	began := time.Now()
+	ctx, span := e.startSpan(ctx, "tide.mutate", StrAttr("tide.resource", f.Resource), StrAttr("tide.mutator", f.Name))
 	frame, pos, err := e.mutate(ctx, p, origin, f)
+	res, name := e.mutatorLabels(f)
 	if err != nil {
 		e.stats.mutationsRejected.Add(1)
+		e.cfg.Observer.Mutated(res, name, err.Code, time.Since(began))
+		span.End(err)
 		return protocol.Reject(f.Key, err), 0, err
 	}
 	e.stats.mutationsApplied.Add(1)
+	e.cfg.Observer.Mutated(res, name, "", time.Since(began))
+	span.End(nil)
 	return frame, pos, nil
 }
 

@@ -46,6 +46,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	sp := e.startOf(r)
 	if sp.reset != "" {
 		e.stats.resets.Add(1)
+		e.cfg.Observer.ResetSent(sp.reset)
 		return protocol.Reset("", sp.reset), nil
 	}
 	if sp.snapshot {
@@ -74,6 +75,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	}
 	if errors.Is(err, feed.ErrCursorExpired) {
 		e.stats.resets.Add(1)
+		e.cfg.Observer.ResetSent(reason)
 		return protocol.Reset("", reason), nil
 	}
 	if err != nil {

@@ -148,6 +148,7 @@ func kickQueued(kicks []*conn) {
 // connection is closed with 1013. The caller holds s.mu.
 func (c *conn) noteDrop(s *subscription) {
 	c.e.stats.dropped.Add(1)
+	c.e.cfg.Observer.Dropped()
 	c.mu.Lock()
 	c.out.drops++
 	over := c.out.drops > c.e.cfg.MaxDrops

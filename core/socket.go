@@ -131,6 +131,7 @@ func (c *conn) closeWith(code protocol.CloseCode, reason string) {
 	c.closing = true
 	c.out.discard()
 	c.mu.Unlock()
+	c.e.cfg.Observer.CloseSent(code)
 	deadline := time.Now().Add(time.Second)
 	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(code), reason), deadline); err != nil {
 		c.kill()
@@ -159,6 +160,7 @@ func (c *conn) teardown() {
 	c.mu.Unlock()
 	c.e.stats.subscriptions.Add(int64(-n))
 	for _, s := range subs {
+		c.e.cfg.Observer.SubscriptionEnded(s.res.schema.Name)
 		s.close()
 	}
 	c.kill()
@@ -167,6 +169,7 @@ func (c *conn) teardown() {
 	delete(c.e.conns, c)
 	c.e.mu.Unlock()
 	c.e.stats.connections.Add(-1)
+	c.e.cfg.Observer.ConnClosed()
 }
 
 // writeLoop drains the queue and exits when it is empty, so an idle
@@ -318,6 +321,7 @@ func (c *conn) writeEntries(run []outItem) error {
 			return err
 		}
 		c.e.stats.delivered.Add(int64(n))
+		c.e.cfg.Observer.Delivered(n, len(b))
 		// Batches of s beyond the page still carry s and get the next frame
 		// when the loop reaches them.
 	}

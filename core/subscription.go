@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -48,6 +49,11 @@ type subscription struct {
 	// at: the subscription's cursor is moved there once it is live (see
 	// advance).
 	advanceTo feed.Position
+
+	// Owned by the goroutine that runs catch-up (observer.go).
+	trace      context.Context // carries the span of the subscribe or resync
+	roundStart time.Time
+	roundPages int
 }
 
 func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) *subscription {
@@ -65,7 +71,10 @@ func (s *subscription) principal() authz.Principal { return s.c.currentPrincipal
 func (s *subscription) start(req request) {
 	e := s.c.e
 	defer e.wg.Done()
-	err := s.authorize()
+	var span Span
+	s.trace, span = e.startSpan(s.ctx, "tide.subscribe", StrAttr("tide.resource", s.res.schema.Name))
+	err := s.authorizeTraced()
+	defer func() { span.End(err) }()
 	if err == nil {
 		err = e.awaitReady(s.ctx)
 	}
@@ -163,7 +172,10 @@ func (s *subscription) resync() {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		var span Span
+		s.trace, span = e.startSpan(s.ctx, "tide.resync", StrAttr("tide.resource", s.res.schema.Name))
 		err := s.catchUp(startPoint{pos: from})
+		span.End(err)
 		if err != nil && s.ctx.Err() == nil && !errors.Is(err, errConnClosing) {
 			s.c.failSub(s, err)
 		}

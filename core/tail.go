@@ -29,6 +29,7 @@ func (e *Engine) tailLoop() {
 		}
 	}
 	e.hub.advance(pos)
+	e.cfg.Observer.TailStarted(pos)
 	close(e.ready)
 	const batch = 1024
 	for attempt := 0; ; {
@@ -49,6 +50,8 @@ func (e *Engine) tailLoop() {
 					// subscription replays them, up to at least head.
 					e.hub.advance(head)
 					e.hub.desyncAll()
+					e.cfg.Observer.Desynced()
+					e.cfg.Observer.TailStarted(head)
 					continue
 				}
 				err = herr
@@ -63,8 +66,12 @@ func (e *Engine) tailLoop() {
 		if len(changes) == 0 {
 			continue
 		}
+		_, span := e.startSpan(ctx, "tide.tail.batch", IntAttr("tide.changes", int64(len(changes))))
 		e.hub.dispatch(changes)
 		pos = changes[len(changes)-1].Pos
+		span.SetAttrs(IntAttr("tide.position", int64(pos)))
+		span.End(nil)
 		e.stats.tailBatches.Add(1)
+		e.cfg.Observer.TailBatch(len(changes), pos)
 	}
 }

@@ -18,14 +18,15 @@ const maxPollBody = 64 << 10
 
 // handler serves tide's routes for one engine.
 type handler struct {
-	e         *core.Engine
-	o         options
-	upgrader  websocket.Upgrader
-	wsPath    string
-	pollPath  string
-	mutPath   string
-	tokenPath string       // "" without WithTokenEndpoint
-	tokens    http.Handler // the token endpoint, if any
+	e          *core.Engine
+	o          options
+	upgrader   websocket.Upgrader
+	wsPath     string
+	pollPath   string
+	mutPath    string
+	tokenPath  string       // "" without WithTokenEndpoint
+	statusPath string       // "" without WithStatusPage
+	tokens     http.Handler // the token endpoint, if any
 }
 
 // writeBuffers is shared by every connection: a write buffer is held only
@@ -55,6 +56,9 @@ func newHandler(e *core.Engine, o options) *handler {
 	// frame; the upgrader checks again, so no path skips the check.
 	h.upgrader.CheckOrigin = h.o.originAllowed
 	h.upgrader.Error = upgradeError
+	if o.status != nil {
+		h.statusPath = o.prefix + "/status"
+	}
 	if o.keyring != nil {
 		h.tokenPath = o.prefix + "/token"
 		h.tokens = &tokenHandler{kr: o.keyring, o: &h.o}
@@ -75,7 +79,8 @@ func Routes(e *core.Engine, opts ...Option) (h http.Handler, owns func(*http.Req
 
 // owns reports whether the request is for one of tide's routes.
 func (h *handler) owns(r *http.Request) bool {
-	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || (h.tokenPath != "" && r.URL.Path == h.tokenPath)
+	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || (h.tokenPath != "" && r.URL.Path == h.tokenPath) ||
+		(h.statusPath != "" && r.URL.Path == h.statusPath)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -92,6 +97,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.tokens.ServeHTTP(w, r)
+	case h.statusPath:
+		if h.statusPath == "" {
+			http.NotFound(w, r)
+			return
+		}
+		h.serveStatus(w, r)
 	default:
 		http.NotFound(w, r)
 	}

@@ -26,6 +26,7 @@ type options struct {
 	keyring        *authz.Keyring  // non-nil: serve the token endpoint
 	tokenTTL       time.Duration
 	tokenGrants    GrantsFunc
+	status         *statusPage // non-nil: serve <prefix>/status (status.go)
 }
 
 func buildOptions(opts []Option) options {

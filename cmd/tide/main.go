@@ -1,0 +1,32 @@
+// Command tide operates tide's Postgres change log from a shell or a deploy
+// job:
+//
+//	tide migrate   install or upgrade tide's own schema (idempotent)
+//	tide status    schema version, head, retention floor, change-log size,
+//	               which session holds the replicator role
+//	tide tail      follow the change log as it commits, like tail -f
+//	tide prune     drop changes past the retention limits
+//
+// The database is named as psql and pg_dump name it: --database-url (or -d),
+// else DATABASE_URL, else the PG* variables (PGHOST, PGPORT, PGUSER,
+// PGPASSWORD, PGDATABASE, PGSSLMODE...). --schema (or TIDE_SCHEMA) names
+// tide's schema, "tide" by default. --json prints machine-readable output.
+//
+// Exit codes: 0 success; 1 the operation failed (database unreachable,
+// migration or query error); 2 usage error (unknown command or flag).
+// See docs/operations.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}

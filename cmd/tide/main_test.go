@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+)
+
+type todo struct {
+	ID        string `tide:"id,pk"`
+	ProjectID string `tide:"project_id,scope"`
+	Title     string `tide:"title"`
+}
+
+// tide runs the command in-process with DATABASE_URL set to the test
+// database and returns its exit code and output.
+func tide(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	getenv := func(k string) string {
+		if k == "DATABASE_URL" {
+			return databaseURL()
+		}
+		return ""
+	}
+	code := run(ctx, args, &out, &errb, getenv)
+	return code, out.String(), errb.String()
+}
+
+// databaseURL is the test database: TIDE_TEST_DATABASE_URL, or the local
+// one (the same as core/internal/testenv, which this package may not
+// import).
+func databaseURL() string {
+	if u := os.Getenv("TIDE_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// setup makes a fresh schema of the test's own and returns a pool whose
+// search_path is it, and the name tide's own schema gets there. Both
+// schemas are dropped when the test ends. Without Postgres the test skips,
+// except in CI (CI=true), where it fails.
+func setup(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(databaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	admin, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		if ci := strings.ToLower(os.Getenv("CI")); ci == "true" || ci == "1" {
+			t.Fatalf("Postgres is not reachable: %v", err)
+		}
+		t.Skipf("Postgres is not reachable (set TIDE_TEST_DATABASE_URL): %v", err)
+	}
+	defer admin.Close(context.Background())
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "tidecmd_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+"_tide CASCADE")
+		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
+	})
+	cfg.ConnConfig.RuntimeParams["search_path"] = name
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, name + "_tide"
+}
+
+// write installs a captured "todos" table and writes n rows through an
+// engine on the feed.
+func write(t *testing.T, pool *pgxpool.Pool, schema string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS todos (id text PRIMARY KEY, project_id text NOT NULL, title text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	f, err := pgfeed.New(pool, pgfeed.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e, err := core.New(core.Config{Feed: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(ctx)
+	todos, err := core.Register(e, core.Resource[todo]{Table: "todos"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Migrate(ctx, e.Schemas()...); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := todos.Upsert(ctx, todo{ID: fmt.Sprint("t", i), ProjectID: fmt.Sprint("p", i%2), Title: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Positions are given by the sequencer; Head gives them to every
+	// committed change, so the tests can read the change log directly.
+	if _, err := f.Head(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	_, schema := setup(t)
+	code, out, errs := tide(t, "migrate", "--schema", schema)
+	if code != exitOK || !strings.Contains(out, "migrated from version 0 to") {
+		t.Fatalf("first migrate: %d %q %q", code, out, errs)
+	}
+	code, out, _ = tide(t, "migrate", "--schema", schema, "--json")
+	var res struct {
+		Version int  `json:"version"`
+		Changed bool `json:"changed"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); code != exitOK || err != nil || res.Changed || res.Version != pgfeed.SchemaVersion() {
+		t.Fatalf("second migrate (idempotent): %d %q %v", code, out, err)
+	}
+}
+
+// TestMigrateFails: a schema already holding a foreign "changes" table
+// cannot be migrated; an unreachable database neither; a bad flag is a
+// usage error.
+func TestMigrateFails(t *testing.T) {
+	pool, schema := setup(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+schema+`; CREATE TABLE `+schema+`.changes (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := tide(t, "migrate", "--schema", schema)
+	if code != exitFail || out != "" || !strings.Contains(errs, "tide migrate: migrating schema") || !strings.Contains(errs, "already exists") {
+		t.Fatalf("conflicting schema: %d %q %q", code, out, errs)
+	}
+	u, _ := url.Parse(databaseURL())
+	u.Host = "127.0.0.1:1" // nothing listens there
+	code, _, errs = tide(t, "migrate", "--database-url", u.String(), "--schema", schema)
+	if code != exitFail || !strings.Contains(errs, "tide migrate: connect to") {
+		t.Fatalf("unreachable: %d %q", code, errs)
+	}
+	if code, _, errs = tide(t, "migrate", "--nope"); code != exitUsage || !strings.Contains(errs, "flag provided but not defined") {
+		t.Fatalf("bad flag: %d %q", code, errs)
+	}
+	if code, _, _ = tide(t, "frobnicate"); code != exitUsage {
+		t.Fatalf("unknown command: %d", code)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	pool, schema := setup(t)
+	if code, _, errs := tide(t, "status", "--schema", schema); code != exitFail || !strings.Contains(errs, "not installed: run tide migrate") {
+		t.Fatalf("before migrate: %d %q", code, errs)
+	}
+	write(t, pool, schema, 5)
+	code, out, errs := tide(t, "status", "--schema", schema, "--json")
+	var st status
+	if err := json.Unmarshal([]byte(out), &st); code != exitOK || err != nil {
+		t.Fatalf("%d %q %q %v", code, out, errs, err)
+	}
+	if st.Version != pgfeed.SchemaVersion() || st.Head < 5 || st.Changes != 5 || st.Floor != 0 || st.NewestCommit == nil ||
+		len(st.Resources) != 1 || st.Resources[0].Name != "todos" || st.Resources[0].Changes != 5 || st.Replicator != nil {
+		t.Fatalf("status %+v", st)
+	}
+	code, out, _ = tide(t, "status", "--schema", schema)
+	if code != exitOK || !strings.Contains(out, "5 changes") || !strings.Contains(out, "resource todos") {
+		t.Fatalf("text status: %d %q", code, out)
+	}
+}
+
+func TestTail(t *testing.T) {
+	pool, schema := setup(t)
+	write(t, pool, schema, 4)
+	code, out, errs := tide(t, "tail", "--schema", schema, "--from", "0", "--scope", "p1", "-n", "2", "--json")
+	if code != exitOK {
+		t.Fatalf("%d %q", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%q", out)
+	}
+	for i, l := range lines {
+		var c change
+		if err := json.Unmarshal([]byte(l), &c); err != nil || c.Resource != "todos" || c.Op != "upsert" ||
+			c.Key != fmt.Sprint("t", 2*i+1) || len(c.Scope) != 1 || c.Scope[0] != "p1" {
+			t.Fatalf("line %q: %+v %v", l, c, err)
+		}
+	}
+	// Following: the command waits for a change committed after it starts.
+	done := make(chan string)
+	var head int64
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(max(pos), 0) FROM `+schema+`.changes`).Scan(&head); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, out, _ := tide(t, "tail", "--schema", schema, "--from", fmt.Sprint(head), "--resource", "todos", "-n", "1")
+		done <- out
+	}()
+	write(t, pool, schema, 5) // rewrites t0..t3, adds t4: the first new change is t0
+	if out := <-done; !strings.Contains(out, "\ttodos\tupsert\tt0\t[p0]\t") {
+		t.Fatalf("followed %q", out)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	pool, schema := setup(t)
+	write(t, pool, schema, 6)
+	var third int64
+	if err := pool.QueryRow(context.Background(), `SELECT pos FROM `+schema+`.changes ORDER BY pos OFFSET 2 LIMIT 1`).Scan(&third); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := tide(t, "prune", "--schema", schema, "--through", fmt.Sprint(third), "--json")
+	var res struct{ Floor int64 }
+	if err := json.Unmarshal([]byte(out), &res); code != exitOK || err != nil || res.Floor != third {
+		t.Fatalf("%d %q %q", code, out, errs)
+	}
+	code, out, _ = tide(t, "prune", "--schema", schema, "--max-changes", "1")
+	if code != exitOK || !strings.Contains(out, "floor ") {
+		t.Fatalf("%d %q", code, out)
+	}
+	var left int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM `+schema+`.changes`).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("left %d %v", left, err)
+	}
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+const usage = `usage: tide <command> [flags]
+
+commands:
+  migrate   install or upgrade tide's schema (idempotent)
+  status    schema version, head, floor, change-log size, replicator role
+  tail      follow the change log as it commits
+  prune     drop changes past the retention limits
+
+common flags:
+  -d, --database-url URL   the database (else DATABASE_URL, else PG* variables)
+  --schema NAME            tide's schema (else TIDE_SCHEMA, else "tide")
+  --json                   machine-readable output
+
+Run "tide <command> -h" for a command's own flags.
+Exit codes: 0 success, 1 the operation failed, 2 usage error.
+`
+
+// env is a command's context: flags parsed, output streams.
+type env struct {
+	ctx      context.Context
+	out, err io.Writer
+	getenv   func(string) string
+	url      string
+	schema   string
+	json     bool
+}
+
+type command struct {
+	flags func(fs *flag.FlagSet) func(*env) error
+}
+
+var commands = map[string]command{
+	"migrate": {migrateFlags},
+	"status":  {statusFlags},
+	"tail":    {tailFlags},
+	"prune":   {pruneFlags},
+}
+
+// run runs the command line args and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	name := args[0]
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "tide: unknown command %q\n\n%s", name, usage)
+		return exitUsage
+	}
+	e := &env{ctx: ctx, out: stdout, err: stderr, getenv: getenv}
+	fs := flag.NewFlagSet("tide "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&e.url, "database-url", "", "Postgres URL or key=value string (else DATABASE_URL, else PG* variables)")
+	fs.StringVar(&e.url, "d", "", "shorthand for --database-url")
+	fs.StringVar(&e.schema, "schema", "", `tide's schema (else TIDE_SCHEMA, else "tide")`)
+	fs.BoolVar(&e.json, "json", false, "machine-readable output")
+	do := cmd.flags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tide %s: unexpected argument %q\n", name, fs.Arg(0))
+		return exitUsage
+	}
+	if e.url == "" {
+		e.url = getenv("DATABASE_URL")
+	}
+	if e.schema == "" {
+		e.schema = getenv("TIDE_SCHEMA")
+	}
+	if e.schema == "" {
+		e.schema = pgfeed.DefaultSchema
+	}
+	if err := do(e); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "tide %s: %v\n", name, err)
+			return exitUsage
+		}
+		fmt.Fprintf(stderr, "tide %s: %v\n", name, err)
+		return exitFail
+	}
+	return exitOK
+}
+
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+// connect opens a pool and the feed of e's schema. An empty URL leaves the
+// connection to libpq's PG* variables, which pgx reads as psql does.
+func (e *env) connect(opts pgfeed.Options) (*pgxpool.Pool, *pgfeed.Feed, error) {
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("invalid database URL: %w", err)
+	}
+	cfg.MaxConns = 4
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "tide"
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 15*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("connect to %s: %w", where(cfg), err)
+	}
+	opts.Schema = e.schema
+	f, err := pgfeed.New(pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, f, nil
+}
+
+func where(cfg *pgxpool.Config) string {
+	c := cfg.ConnConfig
+	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+}
+
+// quoted returns the schema as an SQL identifier.
+func (e *env) quoted(table string) string { return pgx.Identifier{e.schema, table}.Sanitize() }
+
+func (e *env) printJSON(v any) error {
+	enc := json.NewEncoder(e.out)
+	return enc.Encode(v)
+}
+
+// --- migrate
+
+func migrateFlags(fs *flag.FlagSet) func(*env) error {
+	return func(e *env) error {
+		pool, f, err := e.connect(pgfeed.Options{})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		defer f.Close()
+		before, _ := e.schemaVersion(pool)
+		if err := f.Migrate(e.ctx); err != nil {
+			return fmt.Errorf("migrating schema %q: %w", e.schema, err)
+		}
+		after, err := e.schemaVersion(pool)
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(map[string]any{"schema": e.schema, "version": after, "previous_version": before, "changed": before != after})
+		}
+		if before == after {
+			fmt.Fprintf(e.out, "schema %s is up to date (version %d)\n", e.schema, after)
+		} else {
+			fmt.Fprintf(e.out, "schema %s migrated from version %d to %d\n", e.schema, before, after)
+		}
+		return nil
+	}
+}
+
+// schemaVersion returns the applied version of tide's schema, 0 if none.
+func (e *env) schemaVersion(pool *pgxpool.Pool) (int, error) {
+	var v int
+	err := pool.QueryRow(e.ctx, "SELECT coalesce(max(version), 0) FROM "+e.quoted("schema_migrations")).Scan(&v)
+	if err != nil {
+		if strings.Contains(err.Error(), "42P01") { // undefined_table: not migrated
+			return 0, nil
+		}
+		return 0, fmt.Errorf("reading the schema version: %w", err)
+	}
+	return v, nil
+}
+
+// --- prune
+
+func pruneFlags(fs *flag.FlagSet) func(*env) error {
+	maxAge := fs.Duration("max-age", 0, "drop changes older than this (default 168h; negative: never for age)")
+	maxChanges := fs.Int64("max-changes", 0, "keep at most this many changes (default 10000000; negative: no limit)")
+	through := fs.Int64("through", -1, "drop every change at or below this position instead")
+	return func(e *env) error {
+		pool, f, err := e.connect(pgfeed.Options{MaxAge: *maxAge, MaxChanges: *maxChanges})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		defer f.Close()
+		before, err := f.Floor(e.ctx)
+		if err != nil {
+			return err
+		}
+		var floor feed.Position
+		if *through >= 0 {
+			floor, err = f.PruneThrough(e.ctx, feed.Position(*through))
+		} else {
+			floor, err = f.Prune(e.ctx)
+		}
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(map[string]any{"schema": e.schema, "floor": floor, "previous_floor": before})
+		}
+		fmt.Fprintf(e.out, "floor %d (was %d)\n", floor, before)
+		return nil
+	}
+}

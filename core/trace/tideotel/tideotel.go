@@ -1,0 +1,67 @@
+// Package tideotel adapts OpenTelemetry tracing to core.Tracer, so that
+// the engine's spans (a subscribe with its authorize, pages and caught-up;
+// a resync; a mutation; a tail batch) go to any OpenTelemetry exporter
+// while core itself depends on no tracing library:
+//
+//	e, _ := core.New(core.Config{Tracer: tideotel.New(otel.GetTracerProvider())})
+//
+// A mutation sent over HTTP (POST <prefix>/mutate) runs in the request's
+// context, so its span is a child of the request's span when the app's
+// HTTP instrumentation started one.
+package tideotel
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tidesync/tide/core"
+)
+
+// ScopeName is the instrumentation scope of tide's tracer.
+const ScopeName = "github.com/tidesync/tide/core"
+
+// Tracer is a core.Tracer backed by an OpenTelemetry tracer.
+type Tracer struct {
+	t trace.Tracer
+}
+
+// New returns a Tracer that starts spans with tp's tracer for ScopeName.
+func New(tp trace.TracerProvider) *Tracer {
+	return &Tracer{t: tp.Tracer(ScopeName)}
+}
+
+// Start implements core.Tracer.
+func (t *Tracer) Start(ctx context.Context, name string, attrs ...core.Attr) (context.Context, core.Span) {
+	ctx, s := t.t.Start(ctx, name, trace.WithAttributes(convert(attrs)...))
+	return ctx, span{s}
+}
+
+type span struct{ s trace.Span }
+
+func (s span) SetAttrs(attrs ...core.Attr) { s.s.SetAttributes(convert(attrs)...) }
+
+func (s span) End(err error) {
+	if err != nil {
+		s.s.RecordError(err)
+		s.s.SetStatus(codes.Error, err.Error())
+	}
+	s.s.End()
+}
+
+func convert(attrs []core.Attr) []attribute.KeyValue {
+	if len(attrs) == 0 {
+		return nil
+	}
+	kv := make([]attribute.KeyValue, len(attrs))
+	for i, a := range attrs {
+		if a.IsInt {
+			kv[i] = attribute.Int64(a.Key, a.Int)
+		} else {
+			kv[i] = attribute.String(a.Key, a.Str)
+		}
+	}
+	return kv
+}
