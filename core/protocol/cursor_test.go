@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -45,6 +46,25 @@ func FuzzParseCursor(f *testing.F) {
 		// Whatever parses re-encodes to itself: cursors have one spelling.
 		if c.String() != s {
 			t.Fatalf("ParseCursor(%q) = %+v, which encodes as %q", s, c, c.String())
+		}
+	})
+}
+
+// FuzzValidEpoch: ValidEpoch accepts exactly 1 to 64 ASCII letters, digits,
+// '-' and '_', and never panics.
+func FuzzValidEpoch(f *testing.F) {
+	for _, s := range []string{"", "abcdefghijklmnop", "A-b_9", "abcdefgh.jklmnop", "abcdefghijklmnó", "\x00bc", strings.Repeat("a", 64), strings.Repeat("a", 65)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want := len(s) >= 1 && len(s) <= 64
+		for _, r := range []byte(s) {
+			if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_') {
+				want = false
+			}
+		}
+		if got := ValidEpoch(s); got != want {
+			t.Fatalf("ValidEpoch(%q) = %v, want %v", s, got, want)
 		}
 	})
 }

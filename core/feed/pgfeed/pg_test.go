@@ -576,7 +576,7 @@ func TestMigrateIdempotentAndConcurrent(t *testing.T) {
 		if err != nil {
 			t.Fatalf("node %d: Migrate: %v", i, err)
 		}
-		if feeds[i].Epoch() != feeds[0].Epoch() || !pgfeed.ValidEpoch(feeds[0].Epoch()) {
+		if feeds[i].Epoch() != feeds[0].Epoch() || !protocol.ValidEpoch(feeds[0].Epoch()) {
 			t.Fatalf("epochs %q and %q", feeds[i].Epoch(), feeds[0].Epoch())
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Defaults of Options.
@@ -212,7 +213,7 @@ func (f *Feed) Epoch() string {
 }
 
 func (f *Feed) setEpoch(e string) error {
-	if !ValidEpoch(e) {
+	if !protocol.ValidEpoch(e) {
 		return fmt.Errorf("pgfeed: %s.meta holds an invalid epoch %q", f.opts.Schema, e)
 	}
 	if old := f.epoch.Load(); old != nil && *old != e {
@@ -221,21 +222,6 @@ func (f *Feed) setEpoch(e string) error {
 	}
 	f.epoch.Store(&e)
 	return nil
-}
-
-// ValidEpoch reports whether s is an epoch this package produces: exactly 16
-// ASCII letters or digits.
-func ValidEpoch(s string) bool {
-	if len(s) != epochLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // Head returns the newest position at or below which every change is
