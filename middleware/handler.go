@@ -207,24 +207,9 @@ func (h *handler) serveMutate(w http.ResponseWriter, r *http.Request) {
 	out, rej := h.e.Mutate(r.Context(), p, origin, f)
 	status := http.StatusOK
 	if rej != nil {
-		status = mutateStatus(rej.Code)
+		status = statusFor(rej.Code)
 	}
 	writeFrame(w, status, out)
-}
-
-// mutateStatus maps a reject code to an HTTP status.
-func mutateStatus(code protocol.Code) int {
-	switch code {
-	case protocol.CodeUnknownMutator:
-		return http.StatusNotFound
-	case protocol.CodeConflict:
-		return http.StatusConflict
-	case protocol.CodeKeyExpired:
-		return http.StatusGone
-	case protocol.CodeMutatorFailed:
-		return http.StatusUnprocessableEntity
-	}
-	return statusFor(code)
 }
 
 // writeFrame answers with a frame as the JSON body.
@@ -261,8 +246,14 @@ func statusFor(code protocol.Code) int {
 		return http.StatusUnauthorized
 	case protocol.CodeForbidden:
 		return http.StatusForbidden
-	case protocol.CodeUnknownResource:
+	case protocol.CodeUnknownResource, protocol.CodeUnknownMutator:
 		return http.StatusNotFound
+	case protocol.CodeConflict:
+		return http.StatusConflict
+	case protocol.CodeKeyExpired:
+		return http.StatusGone
+	case protocol.CodeMutatorFailed:
+		return http.StatusUnprocessableEntity
 	case protocol.CodeRateLimited:
 		return http.StatusTooManyRequests
 	case protocol.CodeFrameTooLarge:
