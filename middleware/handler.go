@@ -24,6 +24,7 @@ type handler struct {
 	wsPath    string
 	pollPath  string
 	mutPath   string
+	jsPath    string
 	tokenPath string       // "" without WithTokenEndpoint
 	tokens    http.Handler // the token endpoint, if any
 }
@@ -50,6 +51,7 @@ func newHandler(e *core.Engine, o options) *handler {
 		wsPath:   o.prefix + "/ws",
 		pollPath: o.prefix + "/changes",
 		mutPath:  o.prefix + "/mutate",
+		jsPath:   o.prefix + "/client.js",
 	}
 	// serveWS checks the origin before upgrading, to answer with an error
 	// frame; the upgrader checks again, so no path skips the check.
@@ -75,7 +77,7 @@ func Routes(e *core.Engine, opts ...Option) (h http.Handler, owns func(*http.Req
 
 // owns reports whether the request is for one of tide's routes.
 func (h *handler) owns(r *http.Request) bool {
-	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || (h.tokenPath != "" && r.URL.Path == h.tokenPath)
+	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || r.URL.Path == h.jsPath || (h.tokenPath != "" && r.URL.Path == h.tokenPath)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -86,6 +88,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.servePoll(w, r)
 	case h.mutPath:
 		h.serveMutate(w, r)
+	case h.jsPath:
+		serveClientJS(w, r)
 	case h.tokenPath:
 		if h.tokens == nil {
 			http.NotFound(w, r)
