@@ -330,6 +330,7 @@ export declare class Client {
     private handles;
     private origin;
     private tab;
+    private born;
     private ws;
     private conn;
     private welcomed;

@@ -743,6 +743,7 @@ export class Client {
   private handles = new Map<string, Handle>();
   private origin = "";
   private tab = randomHex();
+  private born = Date.now();
   private ws: WebSocket | null = null;
   private conn = 0; // connection number, for stale callbacks
   private welcomed = false;
@@ -819,7 +820,9 @@ export class Client {
             this.waiting.add(owner);
             void locks.request("tide:tab:" + owner, async () => {
               this.waiting.delete(owner);
-              if (!this.closed) void this.adopt();
+              // A reloading tab claims its own queue at once; the others
+              // give it that chance before taking over a closed tab's.
+              if (!this.closed) setTimeout(() => void this.adopt(), Date.now() - this.born < 5000 ? 0 : 3000);
             });
           }
           continue;
