@@ -12,6 +12,8 @@
 //
 //	GET  /tide/ws       WebSocket upgrade; then protocol v1 (docs/protocol.md)
 //	POST /tide/changes  one page of a scope, for polling clients
+//	POST /tide/mutate   a mutation, for polling clients
+//	GET  /tide/client.js the browser client, an ES module (docs/client-js.md)
 //	POST /tide/token    a channel token for the caller (only with WithTokenEndpoint)
 //
 // Every other request passes through to the app untouched, with the

@@ -24,6 +24,7 @@ type handler struct {
 	wsPath     string
 	pollPath   string
 	mutPath    string
+	jsPath     string
 	tokenPath  string       // "" without WithTokenEndpoint
 	statusPath string       // "" without WithStatusPage
 	tokens     http.Handler // the token endpoint, if any
@@ -51,6 +52,7 @@ func newHandler(e *core.Engine, o options) *handler {
 		wsPath:   o.prefix + "/ws",
 		pollPath: o.prefix + "/changes",
 		mutPath:  o.prefix + "/mutate",
+		jsPath:   o.prefix + "/client.js",
 	}
 	// serveWS checks the origin before upgrading, to answer with an error
 	// frame; the upgrader checks again, so no path skips the check.
@@ -79,8 +81,8 @@ func Routes(e *core.Engine, opts ...Option) (h http.Handler, owns func(*http.Req
 
 // owns reports whether the request is for one of tide's routes.
 func (h *handler) owns(r *http.Request) bool {
-	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || (h.tokenPath != "" && r.URL.Path == h.tokenPath) ||
-		(h.statusPath != "" && r.URL.Path == h.statusPath)
+	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || r.URL.Path == h.jsPath ||
+		(h.tokenPath != "" && r.URL.Path == h.tokenPath) || (h.statusPath != "" && r.URL.Path == h.statusPath)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -91,6 +93,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.servePoll(w, r)
 	case h.mutPath:
 		h.serveMutate(w, r)
+	case h.jsPath:
+		serveClientJS(w, r)
 	case h.tokenPath:
 		if h.tokens == nil {
 			http.NotFound(w, r)

@@ -11,6 +11,13 @@
 // with plain SQL from psql:
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable go run ./examples/todo
+//
+// TIDE_FEED_SCHEMA names the Postgres schema of tide's own tables (default
+// "tide"); the browser tests give each run its own.
+//
+// The page uses tide's browser client, served by the middleware at
+// /tide/client.js. Every user may see the projects "demo" and "home", and a
+// private project "@<user>" (open /?project=@<user>).
 package main
 
 import (
@@ -48,7 +55,11 @@ type Todo struct {
 }
 
 //go:embed index.html
-var indexHTML []byte
+var indexHTML string
+
+// page is the index page, importing the client module by its
+// content-hashed URL (cached for a year, replaced when the module changes).
+var page = []byte(strings.ReplaceAll(indexHTML, "{{CLIENT_JS}}", middleware.ClientJSPath("/tide")))
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address (a free port is picked if it is taken)")
@@ -164,7 +175,7 @@ func sessionUser(r *http.Request) (authz.Principal, error) {
 	if err != nil || c.Value == "" {
 		return authz.Anonymous, nil
 	}
-	return authz.Principal{ID: c.Value, Claims: map[string]any{"projects": []string{"demo", "home"}}}, nil
+	return authz.Principal{ID: c.Value, Claims: map[string]any{"projects": []string{"demo", "home", "@" + c.Value}}}, nil
 }
 
 // projectMember allows a logged-in user to subscribe to projects listed in
@@ -214,7 +225,7 @@ func openPostgres(ctx context.Context, url string, log *slog.Logger) (*pgxpool.P
 		pool.Close()
 		return nil, nil, false, fmt.Errorf("create the todos table: %w", err)
 	}
-	pf, err := pgfeed.New(pool, pgfeed.Options{Logger: log})
+	pf, err := pgfeed.New(pool, pgfeed.Options{Logger: log, Schema: os.Getenv("TIDE_FEED_SCHEMA")})
 	if err != nil {
 		pool.Close()
 		return nil, nil, false, err
@@ -234,7 +245,7 @@ func (a *app) seed(ctx context.Context) error {
 
 func (a *app) index(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write(indexHTML)
+	_, _ = w.Write(page)
 }
 
 type todoInput struct {
@@ -339,9 +350,10 @@ func (a *app) mayWrite(w http.ResponseWriter, r *http.Request, project string) b
 	return true
 }
 
-// find reads a todo's current row from the feed's snapshot of its projects.
-func (a *app) find(ctx context.Context, id string) (Todo, bool) {
-	for _, project := range []string{"demo", "home"} {
+// find reads a todo's current row from the feed's snapshot of the shared
+// projects and the more named.
+func (a *app) find(ctx context.Context, id string, more ...string) (Todo, bool) {
+	for _, project := range append([]string{"demo", "home"}, more...) {
 		rows, err := a.todos.Rows(ctx, map[string]any{"project_id": project})
 		if err != nil {
 			return Todo{}, false

@@ -43,7 +43,7 @@ func (a *app) addMutators() error {
 			if args.ID == "" || len(args.ID) > 64 || title == "" || len(title) > 200 {
 				return fmt.Errorf("%w: an id and a title of 1-200 characters", core.ErrInvalidArgs)
 			}
-			if old, found := a.find(ctx, args.ID); found && old.ProjectID != args.ProjectID {
+			if old, found := a.find(ctx, args.ID, args.ProjectID, "@"+tx.Principal().ID); found && old.ProjectID != args.ProjectID {
 				// A move: the writer must belong to the project it leaves too.
 				if err := mayWriteProject(ctx, tx.Principal(), old.ProjectID); err != nil {
 					return fmt.Errorf("%w: the todo is in another project", core.ErrConflict)
@@ -60,7 +60,7 @@ func (a *app) addMutators() error {
 			return mayWriteProject(ctx, p, args.ProjectID)
 		},
 		Run: func(ctx context.Context, tx *core.Tx, args removeArgs) error {
-			old, found := a.find(ctx, args.ID)
+			old, found := a.find(ctx, args.ID, args.ProjectID, "@"+tx.Principal().ID)
 			if !found {
 				return nil // already gone: removing is idempotent
 			}

@@ -1,0 +1,398 @@
+/** A row: a JSON object keyed by column name. */
+export type Row = {
+    [column: string]: unknown;
+};
+/** A scope condition: a scalar (equality) or {in: [scalars]}. */
+export type Condition = string | number | boolean | {
+    in: Array<string | number | boolean>;
+};
+export type Conditions = {
+    [column: string]: Condition;
+};
+/** One change entry, as in a changes or ack frame. */
+export interface Entry {
+    op: "upsert" | "delete";
+    key: string;
+    row?: Row;
+    origin?: string;
+    resource?: string;
+}
+/** A decoded server frame (docs/protocol.md, "Server frames"). */
+export type ServerFrame = {
+    type: "welcome";
+    build: string;
+    limits: {
+        [k: string]: number;
+    };
+} | {
+    type: "changes";
+    id?: string;
+    cursor: string;
+    entries: Entry[];
+    more?: boolean;
+} | {
+    type: "caught-up";
+    id: string;
+    cursor: string;
+} | {
+    type: "reset";
+    id?: string;
+    reason: string;
+} | {
+    type: "error";
+    id?: string;
+    code: string;
+    message: string;
+} | {
+    type: "update-available";
+    build: string;
+} | {
+    type: "refresh-token";
+    expires_in: number;
+} | {
+    type: "ack";
+    key: string;
+    cursor: string;
+    entries: Entry[];
+    replayed?: boolean;
+} | {
+    type: "reject";
+    key: string;
+    code: string;
+    message: string;
+};
+/** A protocol violation by the server, or a frame this client cannot use. */
+export declare class ProtocolError extends Error {
+    name: string;
+}
+/** The server refused a mutation (reject frame). */
+export declare class RejectError extends Error {
+    readonly key: string;
+    readonly code: string;
+    name: string;
+    constructor(key: string, code: string, message: string);
+}
+/** The mutation's strategy reported a conflict on a row; the server's row landed. */
+export declare class ConflictError extends Error {
+    readonly key: string;
+    readonly resource: string;
+    readonly rowKey: string;
+    readonly cause: unknown;
+    name: string;
+    constructor(key: string, resource: string, rowKey: string, cause: unknown);
+}
+/**
+ * decodeServerFrame parses one server frame (a WebSocket text message or a
+ * polling response body) and checks the fields this client relies on.
+ * Unknown fields are ignored; anything else malformed throws ProtocolError.
+ */
+export declare function decodeServerFrame(text: string): ServerFrame;
+/**
+ * newer reports whether cursor a is strictly ahead of cursor b (the stored
+ * one), by the Go client's rules (client/cursor.go): "" is no cursor; an
+ * unparsable cursor or another epoch means the server's word wins; else
+ * positions compare, then a change cursor beats a snapshot cursor at its
+ * position, and snapshot cursors compare by their key, bytewise.
+ */
+export declare function newer(a: string, b: string): boolean;
+/** The canonical JSON of a scope's conditions ("" for none), as the Go client builds it. */
+export declare function canonicalConditions(c: Conditions | undefined): string;
+/** matchesScope reports whether a row satisfies the scope's conditions. */
+export declare function matchesScope(conds: Conditions | undefined, row: Row): boolean;
+/**
+ * A strategy decides which row lands when the server acknowledges a
+ * mutation that changed the row locally: "server-wins" (the default),
+ * {lastWriteWins: field} (the local row stays only if its numeric clock
+ * field is strictly newer), or {merge: (local, base, server) => row | null}
+ * (throw to report a conflict: the server's row then lands). Any of local,
+ * base and server is null when the row is absent.
+ */
+export type Strategy = "server-wins" | {
+    lastWriteWins: string;
+} | {
+    merge: (local: Row | null, base: Row | null, server: Row | null) => Row | null;
+};
+/** A row change in the log: an upsert of row, or a delete (row null). */
+export interface Op {
+    resource: string;
+    key: string;
+    row: Row | null;
+}
+/** One mutation in the log (persisted in the offline queue). */
+export interface LogItem {
+    key: string;
+    seq: number;
+    resource: string;
+    name: string;
+    args: unknown;
+    at: number;
+    strategy: string;
+    ops: Op[];
+    acked: boolean;
+    cursor: string;
+    owner?: string;
+    run?: Strategy;
+}
+/** The local copy of one scope. */
+export interface ScopeCopy {
+    digest: string;
+    resource: string;
+    conditions: Conditions | undefined;
+    base: Map<string, Row>;
+    cursor: string;
+    view: Map<string, Row>;
+}
+/**
+ * Replica is the pure bookkeeping of client/replica.go: for each scope the
+ * server's rows at its cursor (base) and the log of landed and pending
+ * mutations on top; the view is the base with the log applied.
+ */
+export declare class Replica {
+    scopes: Map<string, ScopeCopy>;
+    log: LogItem[];
+    private firstPending;
+    /** The row (resource, key) holds on top of the bases and items; null if absent. */
+    lookup(resource: string, key: string, items?: LogItem[]): Row | null;
+    computeView(sc: ScopeCopy): Map<string, Row>;
+    /** Recomputes the views (of the resources', or all) and returns the scopes whose view changed. */
+    refresh(resources?: string[]): ScopeCopy[];
+    /** Reconciles an ack (see client/replica.go); returns the item, or null for a repeated ack, and the conflicts. */
+    ack(key: string, cursor: string, entries: Entry[]): {
+        item: LogItem | null;
+        known: boolean;
+        conflicts: ConflictError[];
+    };
+    /** Takes key's pending write out of the log; null if unknown or landed. */
+    reject(key: string): LogItem | null;
+    /** Drops the landed items whose ack cursor every scope of their resources has reached. */
+    settle(): LogItem[];
+}
+/** applyBase returns base with one server batch applied (a new map). */
+export declare function applyBase(base: Map<string, Row>, reset: boolean, entries: Entry[]): Map<string, Row>;
+/** A scope's persisted record: its rows and cursor, written together. */
+export interface ScopeRecord {
+    digest: string;
+    resource: string;
+    conditions?: Conditions;
+    cursor: string;
+    rows: {
+        [key: string]: Row;
+    };
+}
+/** Where the client keeps scopes, the offline queue and the device's origin. */
+export interface Store {
+    loadScope(digest: string): Promise<ScopeRecord | undefined>;
+    /** Saves rec unless the stored cursor is ahead of it (another tab got further); reset forces it. */
+    saveScope(rec: ScopeRecord, reset: boolean): Promise<void>;
+    loadQueue(): Promise<LogItem[]>;
+    putMutation(it: LogItem): Promise<void>;
+    deleteMutation(key: string): Promise<void>;
+    meta(name: string, make: () => string): Promise<string>;
+}
+/** memoryStore keeps everything in this page's memory. */
+export declare function memoryStore(): Store;
+/**
+ * indexedDBStore keeps scopes, the queue and the origin in IndexedDB,
+ * shared by the origin's tabs. Each scope is one record (rows and cursor)
+ * written in one transaction that first checks no other tab stored a newer
+ * cursor, so the stored cursor only moves forward (or back to none on reset).
+ */
+export declare function indexedDBStore(name?: string): Promise<Store>;
+/** A scope's state: loading (nothing yet), cached (rows from the store), catching-up, live, error. */
+export type ScopeState = "loading" | "cached" | "catching-up" | "live" | "error";
+/** What a scope's subscribe/getSnapshot pair hands the UI. */
+export interface ScopeSnapshot {
+    readonly rows: readonly Row[];
+    readonly byKey: ReadonlyMap<string, Row>;
+    readonly state: ScopeState;
+    readonly error?: {
+        code: string;
+        message: string;
+    };
+}
+/** The connection's status for the UI. */
+export interface Status {
+    readonly state: "connecting" | "catching-up" | "live" | "offline" | "error";
+    readonly pending: number;
+    readonly code?: string;
+    readonly message?: string;
+    readonly updateAvailable?: string;
+    readonly transport: "ws" | "poll";
+}
+/** Events for logs and tests: every frame in and out, errors, state changes. */
+export type ClientEvent = {
+    type: "frame-in";
+    frame: ServerFrame;
+} | {
+    type: "frame-out";
+    frame: {
+        [k: string]: unknown;
+    };
+} | {
+    type: "error";
+    error: Error;
+} | {
+    type: "conflict";
+    error: ConflictError;
+} | {
+    type: "update-available";
+    build: string;
+} | {
+    type: "close";
+    code: number;
+    reason: string;
+};
+export interface Options {
+    /** The middleware's prefix as a URL or path; default "/tide". */
+    url?: string;
+    /** The app's build id, sent in hello. */
+    build?: string;
+    /** A channel token provider, called for every hello and on refresh-token. */
+    token?: () => string | Promise<string>;
+    /** "indexeddb" (default when available), "memory", or a Store. */
+    store?: "indexeddb" | "memory" | Store;
+    /** The IndexedDB database name; default "tide". */
+    dbName?: string;
+    /** "auto" (WebSocket, polling when it is unavailable), "ws" or "poll". */
+    transport?: "auto" | "ws" | "poll";
+    /** How long polling waits between polls of a caught-up scope; default 2000 ms. */
+    pollInterval?: number;
+    minBackoff?: number;
+    maxBackoff?: number;
+    onEvent?: (e: ClientEvent) => void;
+    /** A WebSocket constructor (tests); default globalThis.WebSocket. */
+    WebSocket?: typeof WebSocket;
+    /** A fetch function (tests); default globalThis.fetch. */
+    fetch?: typeof fetch;
+}
+/** The local side of a mutation: read rows (pending writes applied) and write whole rows. */
+export interface LocalTx {
+    get(resource: string, key: string): Row | null;
+    upsert(resource: string, key: string, row: Row): void;
+    delete(resource: string, key: string): void;
+}
+export interface MutateOptions {
+    local?: (tx: LocalTx) => void;
+    strategy?: Strategy;
+    /** The idempotency key; default a random 128-bit hex string. */
+    key?: string;
+}
+/** An ack, as the mutation's result. */
+export interface Result {
+    key: string;
+    cursor: string;
+    entries: Entry[];
+    replayed: boolean;
+}
+/** A mutation's handle. */
+export interface Mutation {
+    readonly key: string;
+    /** Resolves once the mutation is saved in the offline queue. */
+    readonly queued: Promise<void>;
+    /** The ack, or a RejectError / ConflictError. */
+    readonly result: Promise<Result>;
+    /** Resolves when the subscriptions have reached the ack's cursor (or after a reject). */
+    readonly settled: Promise<void>;
+}
+/** A synced scope: its rows and state as a subscribe/getSnapshot pair. */
+export declare class Scope {
+    private client;
+    readonly resource: string;
+    readonly conditions: Conditions | undefined;
+    private listeners;
+    private snap;
+    constructor(client: Client, resource: string, conditions: Conditions | undefined, condJSON: string);
+    /** Calls fn with the snapshot now and after every change; returns the unsubscribe function. Works as a React useSyncExternalStore subscribe, and as a Svelte store. */
+    subscribe: (fn: (s: ScopeSnapshot) => void) => (() => void);
+    /** The current snapshot: the same object until the rows or state change. */
+    getSnapshot: () => ScopeSnapshot;
+    /** Stops syncing the scope in this client (its stored copy stays). */
+    close(): void;
+}
+/** A status store: subscribe/getSnapshot like a Scope. */
+declare class StatusStore {
+    private listeners;
+    snap: Status;
+    subscribe: (fn: (s: Status) => void) => (() => void);
+    getSnapshot: () => Status;
+    set(s: Partial<Status>): void;
+}
+/** Creates a client; it connects at once and reconnects until close(). */
+export declare function createClient(opts?: Options): Client;
+export declare class Client {
+    readonly status: StatusStore;
+    private o;
+    private base;
+    private storeP;
+    private store;
+    private replica;
+    private scopes;
+    private handles;
+    private origin;
+    private tab;
+    private born;
+    private ws;
+    private conn;
+    private welcomed;
+    private attempt;
+    private failedOpens;
+    private subSeq;
+    private seq;
+    private chain;
+    private timer;
+    private closed;
+    private lastToken;
+    private refusedToken;
+    private sent;
+    private bc;
+    private started;
+    private waiting;
+    constructor(opts: Options);
+    private wsCtor;
+    private emit;
+    private start;
+    /** Takes over the queued mutations no live tab owns (its own after a reload, or a closed tab's). */
+    private adopt;
+    private insert;
+    /** Starts syncing a scope (the same scope twice returns the same Scope). */
+    scope(resource: string, conditions?: Conditions): Scope;
+    /** Pending (unsettled) mutations. */
+    get pendingKeys(): string[];
+    private pending;
+    /**
+     * mutate asks the server to run the resource's mutator name with args.
+     * local, if given, changes the local copy at once (optimistically); the
+     * mutation is queued (persisted) and sent, and resent with its key until
+     * answered.
+     */
+    mutate(resource: string, name: string, args?: unknown, mo?: MutateOptions): Mutation;
+    /** Reconnects at once: after an error state (new credentials), or to skip a backoff wait. */
+    reconnect(): void;
+    /** Ends the connection and every timer; stored data stays. */
+    close(): void;
+    private changed;
+    private updateStatus;
+    private connect;
+    private lastCode;
+    private fail;
+    private retry;
+    private send;
+    private handle;
+    private applyFrame;
+    private saveBase;
+    private settle;
+    private subscribeScope;
+    private frameOf;
+    /** Sends the unanswered mutations in seq order (after the subscriptions). */
+    private flush;
+    private onAck;
+    private onReject;
+    private onError;
+    private post;
+    private probePoll;
+    private pollAll;
+    private pollScope;
+    private posting;
+    private postAll;
+}
+export {};
