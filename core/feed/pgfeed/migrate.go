@@ -160,6 +160,15 @@ func lockArgs(a, b int32) string { return strconv.Itoa(int(a)) + ", " + strconv.
 //
 //	err := feed.Migrate(ctx, engine.Schemas()...)
 //
+// First it checks each declaration against its table and changes nothing if
+// one does not fit (an error wrapping ErrMismatch names the resource, its Go
+// type, the field, the column and both types): every declared column exists
+// with a type its field's kind holds (string: text, varchar, char, uuid,
+// enums; integers: smallint, integer, bigint, numeric(p,0); float: those and
+// real, double precision, numeric; bool: boolean; time.Time: timestamptz,
+// timestamp, date; []byte: bytea; json.RawMessage: json, jsonb, arrays), and
+// the key column is the table's primary key or alone in a unique index.
+//
 // It is idempotent and cheap when nothing changed, so run it on every boot.
 // A schema created by an earlier version is upgraded in place, keeping the
 // positions of the changes already logged, so cursors issued before keep
@@ -199,6 +208,13 @@ func (f *Feed) Migrate(ctx context.Context, schemas ...*feed.Schema) error {
 		}
 	}()
 
+	// Every declaration is checked against its table before anything
+	// changes.
+	for _, s := range schemas {
+		if err := f.checkDeclaration(ctx, conn, s); err != nil {
+			return fmt.Errorf("pgfeed: migrate %w", err)
+		}
+	}
 	if err := f.migrateBase(ctx, conn); err != nil {
 		return err
 	}
