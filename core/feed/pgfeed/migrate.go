@@ -310,6 +310,7 @@ func (f *Feed) installCapture(ctx context.Context, conn *pgxpool.Conn, s *feed.S
 	}
 	if exists && oldLayout == p.layout && oldInstall == install && hasTrigger {
 		f.plans.Store(s, p)
+		f.captured.Store(s, struct{}{})
 		return nil
 	}
 
@@ -344,6 +345,7 @@ ON CONFLICT (name) DO UPDATE SET tbl = EXCLUDED.tbl, layout = EXCLUDED.layout, i
 		return f.wrap("migrate: install capture of "+s.Name+" on "+s.Table, err)
 	}
 	f.plans.Store(s, p)
+	f.captured.Store(s, struct{}{})
 	f.log.Info("pgfeed: installed capture", "schema", f.opts.Schema, "resource", s.Name, "table", s.Table, "layout_changed", exists && oldLayout != p.layout)
 	return nil
 }
@@ -378,4 +380,36 @@ func isUndefinedTable(err error) bool {
 func isUndefinedFunction(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42883"
+}
+
+// CheckCapture implements feed.CaptureChecker: it returns nil if s's
+// capture is installed as declared (by this feed's Migrate, or by another
+// node's with the same declaration), and otherwise an error wrapping
+// feed.ErrNotCaptured saying to call Migrate with s, or feed.ErrNotInstalled
+// if Migrate never ran. The engine calls it before each subscription
+// starts; once it succeeded for s it answers from memory.
+func (f *Feed) CheckCapture(ctx context.Context, s *feed.Schema) error {
+	if _, ok := f.captured.Load(s); ok {
+		return nil
+	}
+	p, err := f.planFor(ctx, s)
+	if err != nil {
+		return err
+	}
+	var layout string
+	var hasTrigger bool
+	err = f.pool.QueryRow(ctx, `SELECT coalesce((SELECT layout FROM `+f.n.resources+` WHERE name = $1), ''),
+  EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = $2::regclass AND tgname = $3)`,
+		s.Name, p.table, f.triggerName(s.Name)).Scan(&layout, &hasTrigger)
+	if err != nil {
+		return f.notInstalled("check the capture of "+s.Name, err)
+	}
+	switch {
+	case layout == "" || !hasTrigger:
+		return fmt.Errorf("pgfeed: resource %s: %w: Migrate has not installed its capture; register every resource before calling Migrate(ctx, engine.Schemas()...), or use pgfeed.Setup", s.Name, feed.ErrNotCaptured)
+	case layout != p.layout:
+		return fmt.Errorf("pgfeed: resource %s: %w as declared: its capture was installed for another declaration (table, key, scope or columns); run Migrate with the current schemas", s.Name, feed.ErrNotCaptured)
+	}
+	f.captured.Store(s, struct{}{})
+	return nil
 }
