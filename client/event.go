@@ -10,60 +10,70 @@ import (
 // EventKind says what an Event reports.
 type EventKind string
 
-// Event kinds.
-const (
-	// EventConnected: the server answered hello with welcome and every
-	// scope has been subscribed. Build is the server's build id.
-	EventConnected EventKind = "connected"
-	// EventConnectFailed: a connection attempt ended before welcome (dial,
-	// token or handshake failure, or a close before welcome). Err says why;
-	// Attempt and Delay give the retry (Delay 0 when Run returns instead).
-	EventConnectFailed EventKind = "connect-failed"
-	// EventDisconnected: an established connection ended. Err and, when the
-	// server closed it, CloseCode and Reason say why; Attempt and Delay give
-	// the retry (Delay 0 when Run returns instead).
-	EventDisconnected EventKind = "disconnected"
-	// EventUpdateAvailable: the server's build (Build) differs from
-	// Config.Build; reload or update when convenient.
-	EventUpdateAvailable EventKind = "update-available"
-	// EventServerError: the server sent an error frame. Code and Message
-	// are the frame's; for an error about a subscription, Scope and
-	// SubscriptionID name it and the subscription has ended (see Client for
-	// what the client does next).
-	EventServerError EventKind = "server-error"
-	// EventCaughtUp: a catch-up of Scope ended and was applied; Cursor is
-	// the caught-up cursor.
-	EventCaughtUp EventKind = "caught-up"
-	// EventReset: the server reset Scope (Reason) and the handler dropped
-	// its copy; a snapshot follows.
-	EventReset EventKind = "reset"
-	// EventApplyError: the handler of Scope returned Err. Nothing was
-	// persisted; the connection is dropped and the scope resumes from its
-	// stored cursor.
-	EventApplyError EventKind = "apply-error"
-	// EventProtocolError: the server sent something the client cannot use
-	// (Err): a malformed frame, an entry of an unknown resource, a changes
-	// frame without a cursor. The connection is dropped.
-	EventProtocolError EventKind = "protocol-error"
-	// EventStoreError: the CursorStore failed (Err). The connection is
-	// dropped so nothing is applied without being recorded.
-	EventStoreError EventKind = "store-error"
-	// EventTokenRefreshed: the server asked for a fresh token and the client
-	// sent one.
-	EventTokenRefreshed EventKind = "token-refreshed"
-	// EventTokenError: Config.Token failed (Err), for hello or when the
-	// server asked for a fresh token, or returned the token already in use
-	// (ErrSameToken). It is retried with backoff (Attempt, Delay for a
-	// refresh); Run goes on.
-	EventTokenError EventKind = "token-error"
-	// EventMutationRejected: the server rejected the mutation Key with
-	// Code and Message. Its local change was rolled back, except for
-	// unavailable and draining, after which the client resends it.
-	EventMutationRejected EventKind = "mutation-rejected"
-	// EventMutationConflict: the Strategy of the mutation Key reported a
-	// conflict (Err, a *ConflictError); the server's row landed.
-	EventMutationConflict EventKind = "mutation-conflict"
-)
+// EventConnected: the server answered hello with welcome and every
+// scope has been subscribed. Build is the server's build id.
+const EventConnected EventKind = "connected"
+
+// EventConnectFailed: a connection attempt ended before welcome (dial,
+// token or handshake failure, or a close before welcome). Err says why;
+// Attempt and Delay give the retry (Delay 0 when Run returns instead).
+const EventConnectFailed EventKind = "connect-failed"
+
+// EventDisconnected: an established connection ended. Err and, when the
+// server closed it, CloseCode and Reason say why; Attempt and Delay give
+// the retry (Delay 0 when Run returns instead).
+const EventDisconnected EventKind = "disconnected"
+
+// EventUpdateAvailable: the server's build (Build) differs from
+// Config.Build; reload or update when convenient.
+const EventUpdateAvailable EventKind = "update-available"
+
+// EventServerError: the server sent an error frame. Code and Message
+// are the frame's; for an error about a subscription, Scope and
+// SubscriptionID name it and the subscription has ended (see Client for
+// what the client does next).
+const EventServerError EventKind = "server-error"
+
+// EventCaughtUp: a catch-up of Scope ended and was applied; Cursor is
+// the caught-up cursor.
+const EventCaughtUp EventKind = "caught-up"
+
+// EventReset: the server reset Scope (Reason) and the handler dropped
+// its copy; a snapshot follows.
+const EventReset EventKind = "reset"
+
+// EventApplyError: the handler of Scope returned Err. Nothing was
+// persisted; the connection is dropped and the scope resumes from its
+// stored cursor.
+const EventApplyError EventKind = "apply-error"
+
+// EventProtocolError: the server sent something the client cannot use
+// (Err): a malformed frame, an entry of an unknown resource, a changes
+// frame without a cursor. The connection is dropped.
+const EventProtocolError EventKind = "protocol-error"
+
+// EventStoreError: the CursorStore failed (Err). The connection is
+// dropped so nothing is applied without being recorded.
+const EventStoreError EventKind = "store-error"
+
+// EventTokenRefreshed: the server asked for a fresh token and the client
+// sent one.
+const EventTokenRefreshed EventKind = "token-refreshed"
+
+// EventTokenError: Config.Token failed (Err), for hello or when the
+// server asked for a fresh token, or returned the token already in use
+// (ErrSameToken). It is retried with backoff (Attempt, Delay for a
+// refresh); Run goes on.
+const EventTokenError EventKind = "token-error"
+
+// EventMutationRejected: the server rejected the mutation Key with
+// Code and Message. Its local change was rolled back, except for
+// unavailable and draining, after which the client resends it.
+const EventMutationRejected EventKind = "mutation-rejected"
+
+// EventMutationConflict: the Strategy of the mutation Key reported a
+// conflict (Err, a *ConflictError); the server's row landed.
+const EventMutationConflict EventKind = "mutation-conflict"
 
 // Event reports something that happened to a client's connection or one of
 // its subscriptions, for tests, logs and UIs (Config.OnEvent). Fields not

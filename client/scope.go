@@ -173,7 +173,7 @@ func scalarJSON(x any) (json.RawMessage, error) {
 	case nil:
 		return nil, errors.New("null is not a condition value")
 	}
-	return nil, fmt.Errorf("%T is not a scalar condition value", x)
+	return nil, fmt.Errorf(`%T is not a scalar condition value; to match any of several values write {"in": [...]} (in Go: map[string]any{"in": values})`, x)
 }
 
 func isInteger(s string) bool {

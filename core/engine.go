@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ type Engine struct {
 	draining  bool
 
 	started bool          // guarded by mu
+	startSt startState    // guarded by mu: the tailer's last start attempt (capture.go)
 	ready   chan struct{} // closed once the tailer knows its start position
 	wg      sync.WaitGroup
 	stats   counters
@@ -147,15 +149,29 @@ func (e *Engine) pingLoop() {
 
 // awaitReady waits until the tailer has fixed its start position, so that
 // every subscription registered afterwards sees every later change.
+// While the feed says it is not installed, it returns an error with
+// protocol.CodeNotMigrated instead of waiting.
 func (e *Engine) awaitReady(ctx context.Context) error {
 	e.start()
-	select {
-	case <-e.ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.ctx.Done():
-		return ErrDraining
+	for {
+		err, changed := e.startErr()
+		if errors.Is(err, feed.ErrNotInstalled) {
+			select {
+			case <-e.ready:
+				return nil
+			default:
+				return errNotMigrated
+			}
+		}
+		select {
+		case <-e.ready:
+			return nil
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.ctx.Done():
+			return ErrDraining
+		}
 	}
 }
 

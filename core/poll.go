@@ -43,6 +43,9 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	if err := r.res.authorize(ctx, p, r.scope); err != nil {
 		return nil, err
 	}
+	if err := e.checkCapture(ctx, r.res); err != nil {
+		return nil, err
+	}
 	sp := e.startOf(r)
 	if sp.reset != "" {
 		e.stats.resets.Add(1)

@@ -79,6 +79,9 @@ func (s *subscription) start(req request) {
 		err = e.awaitReady(s.ctx)
 	}
 	if err == nil {
+		err = e.checkCapture(s.ctx, s.res)
+	}
+	if err == nil {
 		// Live interest first (in the hub, and in the bus: bus.go), then
 		// the replay high-water: see hub.
 		err = e.joinHub(s)

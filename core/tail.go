@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
@@ -24,10 +25,22 @@ func (e *Engine) tailLoop() {
 			}
 			err = fmt.Errorf("feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
 		}
+		if errors.Is(err, feed.ErrNotInstalled) {
+			if attempt%12 == 0 { // then about once a minute
+				e.cfg.Logger.Error(notMigratedHint, "err", err, "attempt", attempt)
+			}
+			e.setStartErr(err) // after the log: a refused subscriber finds the hint there
+			if !protocol.Sleep(ctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
+				return
+			}
+			continue
+		}
+		e.setStartErr(err)
 		if !e.backoff(ctx, attempt, "head", err) {
 			return
 		}
 	}
+	e.setStartErr(nil)
 	e.hub.advance(pos)
 	e.cfg.Observer.TailStarted(pos)
 	close(e.ready)

@@ -139,3 +139,25 @@ var ErrInvalidMutation = errors.New("feed: invalid mutation")
 // ErrCursorExpired means a position is older than what the feed retains: the
 // subscriber must drop its copy of the scope and take a fresh snapshot.
 var ErrCursorExpired = errors.New("feed: cursor is older than the retained change log")
+
+// ErrNotInstalled is wrapped by the errors of a feed whose store lacks the
+// tables the feed needs: the Postgres feed before its Migrate first ran.
+// While the engine's feed says so, subscriptions are refused with
+// protocol.CodeNotMigrated instead of waiting.
+var ErrNotInstalled = errors.New("feed: the change log is not installed")
+
+// ErrNotCaptured is wrapped by the error of CaptureChecker.CheckCapture for
+// a resource whose changes the feed does not record.
+var ErrNotCaptured = errors.New("feed: the resource's changes are not captured")
+
+// CaptureChecker is implemented by feeds that record a resource's changes
+// only once something installed its capture (the Postgres feed's Migrate).
+// The engine asks before a subscription starts, and refuses one whose
+// resource is not captured with protocol.CodeNotCaptured rather than send
+// a snapshot that no live change would follow.
+type CaptureChecker interface {
+	// CheckCapture returns nil if the feed records the changes of s as
+	// declared, an error wrapping ErrNotCaptured that says what to call if
+	// it does not, or another error if it cannot tell.
+	CheckCapture(ctx context.Context, s *Schema) error
+}

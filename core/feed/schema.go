@@ -11,6 +11,9 @@ type Schema struct {
 	Columns []protocol.Column // declared columns, in struct field order
 	Key     int               // index in Columns of the primary key
 	Scope   []int             // indexes in Columns of the scope columns, in declared order
+	// Type is the Go type declaring the resource ("main.Todo"), for
+	// messages; "" in a schema built by hand.
+	Type string
 }
 
 // KeyColumn returns the primary key column.

@@ -29,6 +29,8 @@ const (
 	CodeDraining             Code = "draining"               // the server is shutting down; reconnect elsewhere
 	CodeUnavailable          Code = "unavailable"            // the change feed is unreachable; retry later
 	CodeInternal             Code = "internal"               // an unexpected server error; retry later
+	CodeNotMigrated          Code = "not_migrated"           // the server's change feed is not installed (its migration has not run): a server setup error; retry later
+	CodeNotCaptured          Code = "not_captured"           // the server does not record the resource's changes (it was registered after the feed's migration): a server setup error; retry later
 
 	// Mutation refusals, sent in reject frames.
 	CodeUnknownMutator Code = "unknown_mutator" // the resource has no mutator of that name

@@ -41,4 +41,7 @@ type Column struct {
 	Name     string // column name in the table and key in JSON rows
 	Kind     Kind
 	Nullable bool // the Go field is a pointer; NULL is JSON null
+	// Field is the Go struct field declaring the column ("Title"), for
+	// messages; "" in a schema built by hand.
+	Field string
 }

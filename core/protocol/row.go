@@ -93,7 +93,7 @@ func buildCodec(t reflect.Type) (*RowCodec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("field %s: %w", sf.Name, err)
 		}
-		fc := fieldCodec{field: i, col: Column{Name: spec.Column, Kind: kind, Nullable: isPtr}, isPtr: isPtr}
+		fc := fieldCodec{field: i, col: Column{Name: spec.Column, Kind: kind, Nullable: isPtr, Field: sf.Name}, isPtr: isPtr}
 		if (spec.PK || spec.Scope) && (isPtr || !kind.Keyable()) {
 			what := "scope"
 			if spec.PK {

@@ -67,11 +67,20 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *addr, log, func(url string) { fmt.Printf("tide todo demo: %s\n", url) })
+	stopping := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C ends the process at once
+		fmt.Println("\ntide todo demo: stopping (Ctrl-C again to force)")
+		close(stopping)
+	}()
+	err := run(ctx, *addr, log, func(url string) { fmt.Printf("tide todo demo: %s (Ctrl-C to stop)\n", url) })
 	if err != nil {
 		log.Error("todo demo failed", "err", err)
 		os.Exit(1)
 	}
+	<-stopping
+	fmt.Println("tide todo demo: stopped")
 }
 
 // run serves the demo until ctx ends, calling ready with its URL once it

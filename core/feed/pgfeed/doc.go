@@ -2,6 +2,10 @@
 // tables, however the app writes them (any ORM, any SQL, its own
 // transactions), without logical replication.
 //
+// Package tide's Open puts the steps below together in the order that
+// works (register every resource, then Migrate) and tide.Begin starts
+// transactions tagged with the request's origin; by hand:
+//
 //	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 //	feed, _ := pgfeed.New(pool, pgfeed.Options{}) // no I/O
 //	defer feed.Close()

@@ -160,6 +160,15 @@ func lockArgs(a, b int32) string { return strconv.Itoa(int(a)) + ", " + strconv.
 //
 //	err := feed.Migrate(ctx, engine.Schemas()...)
 //
+// First it checks each declaration against its table and changes nothing if
+// one does not fit (an error wrapping ErrMismatch names the resource, its Go
+// type, the field, the column and both types): every declared column exists
+// with a type its field's kind holds (string: text, varchar, char, uuid,
+// enums; integers: smallint, integer, bigint, numeric(p,0); float: those and
+// real, double precision, numeric; bool: boolean; time.Time: timestamptz,
+// timestamp, date; []byte: bytea; json.RawMessage: json, jsonb, arrays), and
+// the key column is the table's primary key or alone in a unique index.
+//
 // It is idempotent and cheap when nothing changed, so run it on every boot.
 // A schema created by an earlier version is upgraded in place, keeping the
 // positions of the changes already logged, so cursors issued before keep
@@ -199,6 +208,13 @@ func (f *Feed) Migrate(ctx context.Context, schemas ...*feed.Schema) error {
 		}
 	}()
 
+	// Every declaration is checked against its table before anything
+	// changes.
+	for _, s := range schemas {
+		if err := f.checkDeclaration(ctx, conn, s); err != nil {
+			return fmt.Errorf("pgfeed: migrate %w", err)
+		}
+	}
 	if err := f.migrateBase(ctx, conn); err != nil {
 		return err
 	}
@@ -294,6 +310,7 @@ func (f *Feed) installCapture(ctx context.Context, conn *pgxpool.Conn, s *feed.S
 	}
 	if exists && oldLayout == p.layout && oldInstall == install && hasTrigger {
 		f.plans.Store(s, p)
+		f.captured.Store(s, struct{}{})
 		return nil
 	}
 
@@ -328,6 +345,7 @@ ON CONFLICT (name) DO UPDATE SET tbl = EXCLUDED.tbl, layout = EXCLUDED.layout, i
 		return f.wrap("migrate: install capture of "+s.Name+" on "+s.Table, err)
 	}
 	f.plans.Store(s, p)
+	f.captured.Store(s, struct{}{})
 	f.log.Info("pgfeed: installed capture", "schema", f.opts.Schema, "resource", s.Name, "table", s.Table, "layout_changed", exists && oldLayout != p.layout)
 	return nil
 }
@@ -362,4 +380,36 @@ func isUndefinedTable(err error) bool {
 func isUndefinedFunction(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42883"
+}
+
+// CheckCapture implements feed.CaptureChecker: it returns nil if s's
+// capture is installed as declared (by this feed's Migrate, or by another
+// node's with the same declaration), and otherwise an error wrapping
+// feed.ErrNotCaptured saying to call Migrate with s, or feed.ErrNotInstalled
+// if Migrate never ran. The engine calls it before each subscription
+// starts; once it succeeded for s it answers from memory.
+func (f *Feed) CheckCapture(ctx context.Context, s *feed.Schema) error {
+	if _, ok := f.captured.Load(s); ok {
+		return nil
+	}
+	p, err := f.planFor(ctx, s)
+	if err != nil {
+		return err
+	}
+	var layout string
+	var hasTrigger bool
+	err = f.pool.QueryRow(ctx, `SELECT coalesce((SELECT layout FROM `+f.n.resources+` WHERE name = $1), ''),
+  EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = $2::regclass AND tgname = $3)`,
+		s.Name, p.table, f.triggerName(s.Name)).Scan(&layout, &hasTrigger)
+	if err != nil {
+		return f.notInstalled("check the capture of "+s.Name, err)
+	}
+	switch {
+	case layout == "" || !hasTrigger:
+		return fmt.Errorf("pgfeed: resource %s: %w: Migrate has not installed its capture; register every resource before calling Migrate(ctx, engine.Schemas()...), or use pgfeed.Setup", s.Name, feed.ErrNotCaptured)
+	case layout != p.layout:
+		return fmt.Errorf("pgfeed: resource %s: %w as declared: its capture was installed for another declaration (table, key, scope or columns); run Migrate with the current schemas", s.Name, feed.ErrNotCaptured)
+	}
+	f.captured.Store(s, struct{}{})
+	return nil
 }

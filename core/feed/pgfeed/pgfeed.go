@@ -128,8 +128,9 @@ type Feed struct {
 	n    names
 	log  *slog.Logger
 
-	epoch atomic.Pointer[string]
-	plans sync.Map // *feed.Schema → *plan
+	epoch    atomic.Pointer[string]
+	plans    sync.Map // *feed.Schema → *plan
+	captured sync.Map // *feed.Schema → struct{}: its capture is installed as declared
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -158,8 +159,9 @@ type Feed struct {
 }
 
 var (
-	_ feed.Feed   = (*Feed)(nil)
-	_ feed.Writer = (*Feed)(nil)
+	_ feed.Feed           = (*Feed)(nil)
+	_ feed.Writer         = (*Feed)(nil)
+	_ feed.CaptureChecker = (*Feed)(nil)
 )
 
 // New returns a feed reading and writing through pool. It validates opts and
@@ -236,7 +238,7 @@ func (f *Feed) Head(ctx context.Context) (feed.Position, error) {
 	var epoch string
 	err := f.pool.QueryRow(ctx, f.n.headSQL).Scan(&head, &epoch)
 	if err != nil {
-		return 0, f.wrap("head", err)
+		return 0, f.notInstalled("head", err)
 	}
 	if err := f.setEpoch(epoch); err != nil {
 		return 0, err
@@ -254,6 +256,16 @@ func (f *Feed) wrap(what string, err error) error {
 		return fmt.Errorf("pgfeed: %s: %w (has Migrate run for schema %q?)", what, err, f.opts.Schema)
 	}
 	return fmt.Errorf("pgfeed: %s: %w", what, err)
+}
+
+// notInstalled wraps an error of a statement that reads only tide's own
+// tables: a missing table or function means Migrate has not run (or not
+// since an upgrade), and the error wraps feed.ErrNotInstalled.
+func (f *Feed) notInstalled(what string, err error) error {
+	if isUndefinedTable(err) || isUndefinedFunction(err) {
+		return fmt.Errorf("pgfeed: %s: %w: schema %q lacks tide's tables; call Migrate with the engine's schemas (pgfeed.Setup does): %w", what, feed.ErrNotInstalled, f.opts.Schema, err)
+	}
+	return f.wrap(what, err)
 }
 
 // names are the SQL names derived from the schema name.

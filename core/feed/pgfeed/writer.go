@@ -39,8 +39,10 @@ func WithOrigin(ctx context.Context, tx Execer, origin string) error {
 // row, a delete is DELETE by key. The capture triggers record the changes as
 // for any other write. Every mutation is validated first; an invalid one
 // makes Apply return an error wrapping feed.ErrInvalidMutation without
-// writing anything. When Apply returns nil the changes are committed and
-// Head covers them.
+// writing anything. A resource whose capture Migrate has not installed is
+// refused (an error wrapping feed.ErrNotCaptured or feed.ErrNotInstalled)
+// rather than written uncaptured. When Apply returns nil the changes are
+// committed and Head covers them.
 func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) error {
 	for i, m := range muts {
 		if err := validate(m); err != nil {
@@ -67,7 +69,14 @@ func (f *Feed) applyIn(ctx context.Context, tx pgx.Tx, muts []feed.Mutation) err
 			return fmt.Errorf("%w %d of %d: %s", feed.ErrInvalidMutation, i+1, len(muts), err)
 		}
 	}
-	for _, m := range muts {
+	for i, m := range muts {
+		if i == 0 || m.Schema != muts[i-1].Schema {
+			// A write Migrate set no capture up for would reach the table
+			// and no subscriber.
+			if err := f.CheckCapture(ctx, m.Schema); err != nil {
+				return err
+			}
+		}
 		p, err := f.planFor(ctx, m.Schema)
 		if err != nil {
 			return err

@@ -151,8 +151,10 @@ func (r Role) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 //   - standby: its last attempt at the lock reached Postgres and was told
 //     that another session holds it, so it can take over when that one dies.
 //
-// It is false while starting, after Close, and while the last attempt
-// (connecting, locking, reading, publishing) failed; Reason then says why.
+// It is false while starting, after Close, while the feed's schema is not
+// installed (Reason starts with "not migrated:"), and while the last
+// attempt (connecting, locking, reading, publishing) failed; Reason then
+// says why.
 type Status struct {
 	Role   Role      `json:"role"`             // leader, standby, starting or stopped
 	Ready  bool      `json:"ready"`            // the role is healthy (see above)
@@ -343,6 +345,20 @@ func (r *Replicator) run() {
 			conn = c
 		}
 		pid := conn.PgConn().PID()
+		if err := r.installed(ctx, conn); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, feed.ErrNotInstalled) {
+				closeConn(conn)
+				conn = nil
+			}
+			r.setRole(r.Status().Role, false, err.Error(), 0)
+			r.log.Warn("replicator: "+err.Error(), "attempt", attempt)
+			r.sleep(ctx, attempt)
+			attempt++
+			continue
+		}
 		got, err := r.tryLock(ctx, conn)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -386,6 +402,23 @@ func (r *Replicator) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, max(5*time.Second, r.cfg.CheckInterval))
 	defer cancel()
 	return pgx.ConnectConfig(cctx, cfg)
+}
+
+// installed returns an error wrapping feed.ErrNotInstalled if the feed's
+// schema lacks tide's tables: Migrate has not run, so there is nothing to
+// replicate and the node is not ready.
+func (r *Replicator) installed(ctx context.Context, conn *pgx.Conn) error {
+	cctx, cancel := context.WithTimeout(ctx, max(5*time.Second, r.cfg.CheckInterval))
+	defer cancel()
+	var ok bool
+	schema := r.cfg.Feed.Schema()
+	if err := conn.QueryRow(cctx, "SELECT pg_catalog.to_regclass(pg_catalog.quote_ident($1) || '.meta') IS NOT NULL", schema).Scan(&ok); err != nil {
+		return fmt.Errorf("check the feed's schema: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("not migrated: %w: schema %q lacks tide's tables; call Migrate on the feed with the engine's schemas (pgfeed.Setup does)", feed.ErrNotInstalled, schema)
+	}
+	return nil
 }
 
 func (r *Replicator) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/tidesync/tide/core/feed/natsbus"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/replicator"
+	"github.com/tidesync/tide/core/internal/testenv"
 )
 
 // fastElection keeps tests short: standbys retry at least every 200 ms and
@@ -380,5 +382,39 @@ func TestBusRetentionFallback(t *testing.T) {
 		for _, v := range s.violations {
 			t.Error(v)
 		}
+	}
+}
+
+// TestReadinessNotMigrated: a replicator over a feed whose Migrate never
+// ran is not ready, and its readiness answer names the cause.
+func TestReadinessNotMigrated(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pool, name := testenv.PostgresSchema(t)
+	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rc := fastElection
+	rc.Feed, rc.Pool = f, pool
+	rep, err := replicator.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Start()
+	defer rep.Close()
+	if _, err := rep.Wait(ctx, func(s replicator.Status) bool { return strings.HasPrefix(s.Reason, "not migrated:") }); err != nil {
+		t.Fatalf("%v: %+v", err, rep.Status())
+	}
+	rec := httptest.NewRecorder()
+	rep.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ready?role=any", nil))
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "not migrated") || !strings.Contains(rec.Body.String(), "call Migrate") {
+		t.Fatalf("readiness before Migrate: %d %s", rec.Code, rec.Body)
+	}
+	if err := f.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rep.Wait(ctx, func(s replicator.Status) bool { return s.Ready }); err != nil {
+		t.Fatalf("not ready after Migrate: %v: %+v", err, rep.Status())
 	}
 }

@@ -1,0 +1,98 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
+)
+
+// errNotMigrated is what a subscriber is told while the feed is not
+// installed.
+var errNotMigrated = &protocol.Error{Code: protocol.CodeNotMigrated,
+	Message: "the server's change feed is not installed; the server must run its migration"}
+
+// startState is the tailer's progress towards ready: the error of its last
+// attempt to read the feed's head, and a channel closed when it changes.
+type startState struct {
+	err     error
+	changed chan struct{}
+}
+
+// setStartErr records the outcome of the tailer's last attempt to start.
+func (e *Engine) setStartErr(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.startSt.changed == nil {
+		e.startSt.changed = make(chan struct{})
+	}
+	if (e.startSt.err == nil) == (err == nil) && errors.Is(e.startSt.err, feed.ErrNotInstalled) == errors.Is(err, feed.ErrNotInstalled) {
+		e.startSt.err = err
+		return
+	}
+	e.startSt.err = err
+	close(e.startSt.changed)
+	e.startSt.changed = make(chan struct{})
+}
+
+// startErr returns the tailer's last start error and a channel closed when
+// it changes.
+func (e *Engine) startErr() (error, <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.startSt.changed == nil {
+		e.startSt.changed = make(chan struct{})
+	}
+	return e.startSt.err, e.startSt.changed
+}
+
+// notMigratedHint is logged when the feed is not installed.
+const notMigratedHint = "tide: the change feed is not installed: run its migration before serving (with Postgres: feed.Migrate(ctx, engine.Schemas()...) after registering every resource, or pgfeed.Setup, which does both); subscriptions are refused with not_migrated until then"
+
+// Ready reports whether the engine serves subscriptions: nil once its
+// tailer reads the feed, otherwise why not. The error wraps
+// feed.ErrNotInstalled while the feed's migration has not run (with
+// Postgres: Migrate), and is the feed's error while the feed cannot be read.
+// It starts the engine's background work if nothing did yet, so a readiness
+// probe may call it from the first request on.
+func (e *Engine) Ready() error {
+	if !e.start() {
+		return ErrDraining
+	}
+	select {
+	case <-e.ready:
+		return nil
+	default:
+	}
+	err, _ := e.startErr()
+	switch {
+	case errors.Is(err, feed.ErrNotInstalled):
+		return fmt.Errorf("tide: not ready: the change feed is not installed (run its migration: with Postgres, Migrate or pgfeed.Setup): %w", err)
+	case err != nil:
+		return fmt.Errorf("tide: not ready: the change feed cannot be read: %w", err)
+	}
+	return errors.New("tide: not ready: starting")
+}
+
+// checkCapture refuses a subscription to a resource whose changes the feed
+// does not record, saying in the server's log what to call.
+func (e *Engine) checkCapture(ctx context.Context, r *resource) error {
+	cc, ok := e.feed.(feed.CaptureChecker)
+	if !ok {
+		return nil
+	}
+	err := cc.CheckCapture(ctx, r.schema)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, feed.ErrNotInstalled):
+		return errNotMigrated
+	case !errors.Is(err, feed.ErrNotCaptured):
+		return err
+	}
+	e.cfg.Logger.Error("tide: a subscription to "+r.schema.Name+" was refused (not_captured): the feed does not record its changes; register every resource before the feed's migration (with Postgres: feed.Migrate(ctx, engine.Schemas()...), or pgfeed.Setup)",
+		"resource", r.schema.Name, "err", err)
+	return protocol.Errorf(protocol.CodeNotCaptured, "the server does not record the changes of %q; the server must migrate its feed for it", r.schema.Name)
+}

@@ -1,0 +1,178 @@
+// Package tide sets tide up on Postgres in one call: Open builds the
+// Postgres feed and the engine, registers the app's resources, checks and
+// migrates them and starts retention, in the one order that works, and
+// Close stops it all in the reverse order. Begin starts the app's own
+// transactions tagged with the request's origin.
+//
+//	app, err := tide.Open(ctx, pool, tide.Config{}, func(e *core.Engine) error {
+//		_, err := core.Register(e, core.Resource[Todo]{Table: "todos", Authorize: policy})
+//		return err
+//	})
+//	if err != nil { … }
+//	defer app.Close(context.Background())
+//	handler := middleware.Middleware(app.Engine, middleware.WithPrincipal(currentUser))(mux)
+//
+// The pieces (pgfeed.New, core.New, core.Register, Feed.Migrate,
+// Feed.StartPruner, Engine.Shutdown, Feed.Close) stay available for setups
+// Open does not cover, such as a replicator with a NATS bus.
+package tide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+)
+
+// Config configures Open. The zero value is ready to use.
+type Config struct {
+	// Feed configures the Postgres feed (schema, retention, logger).
+	Feed pgfeed.Options
+	// Engine configures the engine; its Feed is set by Open, and its
+	// Logger defaults to the feed's.
+	Engine core.Config
+	// NoPruner leaves retention to someone else (a replicator's leader
+	// prunes): Open then does not start the feed's pruner.
+	NoPruner bool
+}
+
+// Tide is tide set up on Postgres by Open: the engine to serve through
+// package middleware, and the feed under it.
+type Tide struct {
+	// Engine serves the app's clients; mount it with package middleware.
+	Engine *core.Engine
+	// Feed is the Postgres change feed under Engine.
+	Feed *pgfeed.Feed
+}
+
+// Open sets tide up on pool: it creates the Postgres feed, creates the
+// engine on it, calls register to declare the app's resources (with
+// core.Register and Table.Mutator), then runs the feed's Migrate with
+// every registered resource, which checks each declaration against its
+// table and installs its capture, and starts the pruner. Since Migrate
+// runs after register returns, no resource can miss its capture; a
+// resource registered later on Engine is refused to subscribers
+// (not_captured) until Migrate runs again with Engine.Schemas().
+//
+// Open does I/O (Migrate) and is safe on every boot and from several nodes
+// at once. If it fails, it has stopped what it started. It does not own
+// pool: close the pool after Close.
+func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config, register func(e *core.Engine) error) (*Tide, error) {
+	if register == nil {
+		return nil, errors.New("tide: Open: register is nil: declare the app's resources in it")
+	}
+	f, err := pgfeed.New(pool, cfg.Feed)
+	if err != nil {
+		return nil, err
+	}
+	ecfg := cfg.Engine
+	ecfg.Feed = f
+	if ecfg.Logger == nil {
+		ecfg.Logger = cfg.Feed.Logger
+	}
+	e, err := core.New(ecfg)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	t := &Tide{Engine: e, Feed: f}
+	if err := register(e); err != nil {
+		t.Close(ctx)
+		return nil, fmt.Errorf("tide: Open: register: %w", err)
+	}
+	if err := f.Migrate(ctx, e.Schemas()...); err != nil {
+		t.Close(ctx)
+		return nil, err
+	}
+	if !cfg.NoPruner {
+		f.StartPruner()
+	}
+	return t, nil
+}
+
+// Close shuts the engine down (its connections get close code 4002, drain:
+// clients reconnect, to another node if there is one), then stops the
+// feed's background work (listener, sequencer, pruner). It waits for both
+// as long as ctx allows; it does not close the pool. It returns the
+// engine's Shutdown error, if any.
+func (t *Tide) Close(ctx context.Context) error {
+	err := t.Engine.Shutdown(ctx)
+	t.Feed.Close()
+	return err
+}
+
+// ReadyHandler answers readiness probes: 200 "ready" once the engine reads
+// its feed, and otherwise 503 with the reason (for instance that the feed's
+// schema is not installed, or that Postgres cannot be reached).
+func (t *Tide) ReadyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := t.Engine.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+}
+
+// Beginner is what Begin starts transactions on: *pgxpool.Pool,
+// *pgxpool.Conn, *pgx.Conn and pgx.Tx (a savepoint) all satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Begin starts a transaction on db whose writes carry the origin of ctx
+// (core.OriginFrom: the client device the request came from; package
+// middleware puts it in each request's context), so that device skips
+// their echo. Use it where the app would call pool.Begin:
+//
+//	tx, err := tide.Begin(r.Context(), pool)
+//	if err != nil { … }
+//	defer tx.Rollback(ctx)
+//	_, err = tx.Exec(ctx, "UPDATE todos SET done = true WHERE id = $1", id)
+//	err = tx.Commit(ctx)
+//
+// It runs pgfeed.WithOrigin (SET LOCAL tide.origin) when ctx has an origin,
+// and nothing more when it has none.
+//
+// Why a Begin helper rather than a pgx hook: the origin belongs to a
+// request, so it must be set per transaction, inside it. Connection hooks
+// (AfterConnect, BeforeAcquire) run per connection, where a setting would
+// outlive the request and tag another request's writes; a query tracer
+// cannot run a statement of its own on the connection it traces, and would
+// have to guess which statements begin a transaction. Begin is one call
+// the app makes where it already makes one.
+func Begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if origin := core.OriginFrom(ctx); origin != "" {
+		if err := pgfeed.WithOrigin(ctx, tx, origin); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, fmt.Errorf("tide: Begin: set the origin: %w", err)
+		}
+	}
+	return tx, nil
+}
+
+// BeginFunc runs fn in a transaction begun with Begin, committing it if fn
+// returns nil and rolling it back otherwise, as pgx.BeginFunc does.
+func BeginFunc(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
+	tx, err := Begin(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
