@@ -49,7 +49,7 @@ func (e *Engine) startErr() (error, <-chan struct{}) {
 }
 
 // notMigratedHint is logged when the feed is not installed.
-const notMigratedHint = "tide: the change feed is not installed: run its migration before serving (with Postgres: feed.Migrate(ctx, engine.Schemas()...) after registering every resource, or pgfeed.Setup, which does both); subscriptions are refused with not_migrated until then"
+const notMigratedHint = "tide: the change feed is not installed: run its migration before serving (with Postgres: feed.Migrate(ctx, engine.Schemas()...) after registering every resource, or tide.Open, which does both); subscriptions are refused with not_migrated until then"
 
 // Ready reports whether the engine serves subscriptions: nil once its
 // tailer reads the feed, otherwise why not. The error wraps
@@ -69,7 +69,7 @@ func (e *Engine) Ready() error {
 	err, _ := e.startErr()
 	switch {
 	case errors.Is(err, feed.ErrNotInstalled):
-		return fmt.Errorf("tide: not ready: the change feed is not installed (run its migration: with Postgres, Migrate or pgfeed.Setup): %w", err)
+		return fmt.Errorf("tide: not ready: the change feed is not installed (run its migration: with Postgres, Migrate or tide.Open): %w", err)
 	case err != nil:
 		return fmt.Errorf("tide: not ready: the change feed cannot be read: %w", err)
 	}
@@ -92,7 +92,7 @@ func (e *Engine) checkCapture(ctx context.Context, r *resource) error {
 	case !errors.Is(err, feed.ErrNotCaptured):
 		return err
 	}
-	e.cfg.Logger.Error("tide: a subscription to "+r.schema.Name+" was refused (not_captured): the feed does not record its changes; register every resource before the feed's migration (with Postgres: feed.Migrate(ctx, engine.Schemas()...), or pgfeed.Setup)",
+	e.cfg.Logger.Error("tide: a subscription to "+r.schema.Name+" was refused (not_captured): the feed does not record its changes; register every resource before the feed's migration (with Postgres: feed.Migrate(ctx, engine.Schemas()...), or tide.Open)",
 		"resource", r.schema.Name, "err", err)
 	return protocol.Errorf(protocol.CodeNotCaptured, "the server does not record the changes of %q; the server must migrate its feed for it", r.schema.Name)
 }

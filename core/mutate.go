@@ -142,6 +142,9 @@ func (t *Table[T]) DeleteTx(ctx context.Context, tx *Tx, rows ...T) error {
 // apply writes muts through the feed's transaction and adds what the
 // principal may see of them to the ack.
 func (tx *Tx) apply(ctx context.Context, r *resource, muts []feed.Mutation) error {
+	if err := tx.e.checkCapture(ctx, r); err != nil {
+		return err
+	}
 	if err := tx.ftx.Apply(ctx, muts...); err != nil {
 		return err
 	}
@@ -203,6 +206,9 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 	}
 	if err := e.authorizeMutation(ctx, m, p, args); err != nil {
 		return nil, 0, protocol.Errorf(deniedCode(err), "%s.%s: %v", r.schema.Name, f.Name, err)
+	}
+	if err := e.checkCapture(ctx, r); err != nil {
+		return nil, 0, ErrorFor(err)
 	}
 	t, ok := e.feed.(feed.Transactor)
 	if !ok {

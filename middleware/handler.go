@@ -262,7 +262,7 @@ func statusFor(code protocol.Code) int {
 		return http.StatusTooManyRequests
 	case protocol.CodeFrameTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case protocol.CodeDraining, protocol.CodeUnavailable:
+	case protocol.CodeDraining, protocol.CodeUnavailable, protocol.CodeNotMigrated, protocol.CodeNotCaptured:
 		return http.StatusServiceUnavailable
 	case protocol.CodeInternal:
 		return http.StatusInternalServerError

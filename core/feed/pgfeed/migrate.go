@@ -406,7 +406,7 @@ func (f *Feed) CheckCapture(ctx context.Context, s *feed.Schema) error {
 	}
 	switch {
 	case layout == "" || !hasTrigger:
-		return fmt.Errorf("pgfeed: resource %s: %w: Migrate has not installed its capture; register every resource before calling Migrate(ctx, engine.Schemas()...), or use pgfeed.Setup", s.Name, feed.ErrNotCaptured)
+		return fmt.Errorf("pgfeed: resource %s: %w: Migrate has not installed its capture; register every resource before calling Migrate(ctx, engine.Schemas()...), or use tide.Open", s.Name, feed.ErrNotCaptured)
 	case layout != p.layout:
 		return fmt.Errorf("pgfeed: resource %s: %w as declared: its capture was installed for another declaration (table, key, scope or columns); run Migrate with the current schemas", s.Name, feed.ErrNotCaptured)
 	}

@@ -263,7 +263,7 @@ func (f *Feed) wrap(what string, err error) error {
 // since an upgrade), and the error wraps feed.ErrNotInstalled.
 func (f *Feed) notInstalled(what string, err error) error {
 	if isUndefinedTable(err) || isUndefinedFunction(err) {
-		return fmt.Errorf("pgfeed: %s: %w: schema %q lacks tide's tables; call Migrate with the engine's schemas (pgfeed.Setup does): %w", what, feed.ErrNotInstalled, f.opts.Schema, err)
+		return fmt.Errorf("pgfeed: %s: %w: schema %q lacks tide's tables; call Migrate with the engine's schemas (tide.Open does): %w", what, feed.ErrNotInstalled, f.opts.Schema, err)
 	}
 	return f.wrap(what, err)
 }

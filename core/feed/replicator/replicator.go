@@ -416,7 +416,7 @@ func (r *Replicator) installed(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("check the feed's schema: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("not migrated: %w: schema %q lacks tide's tables; call Migrate on the feed with the engine's schemas (pgfeed.Setup does)", feed.ErrNotInstalled, schema)
+		return fmt.Errorf("not migrated: %w: schema %q lacks tide's tables; call Migrate on the feed with the engine's schemas (tide.Open does)", feed.ErrNotInstalled, schema)
 	}
 	return nil
 }
