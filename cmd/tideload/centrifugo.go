@@ -148,7 +148,7 @@ func startCentrifugo(ctx context.Context, bin string, o cfOptions) (*cfPeer, err
 	}
 }
 
-func (p *cfPeer) pid() int            { return p.cmd.Process.Pid }
+func (p *cfPeer) pid() int           { return p.cmd.Process.Pid }
 func (p *cfPeer) cpu() time.Duration { return procCPU(p.pid()) }
 
 // rss returns the peer's resident set size in bytes.
