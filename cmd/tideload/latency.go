@@ -130,19 +130,19 @@ func (r latencyReport) text(peer bool) string {
 		b.WriteString("  " + centrifugoNote + "\n")
 		return b.String()
 	}
-	fmt.Fprintf(&b, "same run, side by side (commit/publish returned → client), ms:\n")
-	fmt.Fprintf(&b, "  %-7s %-11s %8s %8s %8s %8s   %s\n", "round", "server", "p50", "p90", "p99", "max", "server CPU, load CPU, other CPU (s)")
+	fmt.Fprintf(&b, "same run, side by side, ms: commit (tide) or publish call (centrifugo) returned → client; sent → client (the write or publish call started)\n")
+	fmt.Fprintf(&b, "  %-7s %-11s %8s %8s %8s %8s %10s %10s   %s\n", "round", "server", "p50", "p90", "p99", "max", "sent p50", "sent p99", "server CPU, load CPU, other CPU (s)")
 	for i, t := range r.Tide {
 		c := r.Centrifugo[i]
 		for _, x := range []struct {
 			name string
 			l    latencyResult
 		}{{"tide", t}, {"centrifugo", c}} {
-			fmt.Fprintf(&b, "  #%-6d %-11s %8.2f %8.2f %8.2f %8.2f   %.2f, %.2f, %.2f\n", i+1, x.name,
-				x.l.Latency.P50, x.l.Latency.P90, x.l.Latency.P99, x.l.Latency.Max, x.l.Usage.ServerCPU, x.l.Usage.LoadCPU, x.l.Usage.OtherCPU)
+			fmt.Fprintf(&b, "  #%-6d %-11s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f   %.2f, %.2f, %.2f\n", i+1, x.name,
+				x.l.Latency.P50, x.l.Latency.P90, x.l.Latency.P99, x.l.Latency.Max, x.l.FromSend.P50, x.l.FromSend.P99, x.l.Usage.ServerCPU, x.l.Usage.LoadCPU, x.l.Usage.OtherCPU)
 		}
-		fmt.Fprintf(&b, "  #%-6d %-11s %8.2f %8.2f %8.2f %8.2f\n", i+1, "tide/cf", ratio(t.Latency.P50, c.Latency.P50),
-			ratio(t.Latency.P90, c.Latency.P90), ratio(t.Latency.P99, c.Latency.P99), ratio(t.Latency.Max, c.Latency.Max))
+		fmt.Fprintf(&b, "  #%-6d %-11s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f\n", i+1, "tide/cf", ratio(t.Latency.P50, c.Latency.P50),
+			ratio(t.Latency.P90, c.Latency.P90), ratio(t.Latency.P99, c.Latency.P99), ratio(t.Latency.Max, c.Latency.Max), ratio(t.FromSend.P50, c.FromSend.P50), ratio(t.FromSend.P99, c.FromSend.P99))
 	}
 	return b.String()
 }
