@@ -296,7 +296,7 @@ func dialCentrifugo(ctx context.Context, p *cfPeer, i int, o dialOpts) (*loadCon
 	sub = strconv.AppendQuote(sub, o.scope)
 	if o.cursor != "" { // "<offset>:<epoch>"
 		off, epoch, _ := strings.Cut(o.cursor, ":")
-		sub = append(sub, `,"recover":true,"offset":`...)
+		sub = append(sub, `,"recoverable":true,"recover":true,"offset":`...)
 		sub = append(sub, off...)
 		sub = append(sub, `,"epoch":`...)
 		sub = strconv.AppendQuote(sub, epoch)
@@ -347,12 +347,14 @@ func (c *loadConn) readLoopCF(bufSize int) {
 			}
 		}
 		msg := whole
-		if bytes.Equal(bytes.TrimSpace(msg), []byte(`{}`)) {
+		if cfHasPing(msg) { // a ping may share a frame with pushes
 			if err := c.ws.WriteMessage(websocket.TextMessage, []byte(`{}`)); err != nil {
 				c.readErr = err
 				return
 			}
-			continue
+			if len(bytes.TrimSpace(msg)) == 2 {
+				continue
+			}
 		}
 		if i := bytes.Index(msg, cfPatError); i >= 0 && i < 64 {
 			s := string(msg[:min(len(msg), 512)])
@@ -370,6 +372,9 @@ func (c *loadConn) readLoopCF(bufSize int) {
 			c.bytes.Add(int64(len(msg)))
 		}
 		if i := bytes.Index(msg, cfPatSubscribe); i >= 0 {
+			if os.Getenv("TIDELOAD_DEBUG") != "" {
+				fmt.Fprintf(os.Stderr, "centrifugo subscribe reply: %.400s\n", msg)
+			}
 			c.cursor = cfStreamPos(c.cursor[:0], msg[i:])
 			if c.caught.Add(1) == 1 {
 				c.replayed.Store(c.entries.Load())
@@ -584,4 +589,20 @@ func (r *cfReplay) run(ctx context.Context, run int) (float64, usage, error) {
 		return 0, usage{}, fmt.Errorf("recovered %d publications, want %d", got, r.rows)
 	}
 	return float64(r.rows) / (float64(c.caughtAt.Load()-start) / 1e9), s1.to(s2), nil
+}
+
+// cfHasPing reports whether a frame holds a ping: a line that is "{}".
+func cfHasPing(msg []byte) bool {
+	for len(msg) > 0 {
+		line := msg
+		if i := bytes.IndexByte(msg, '\n'); i >= 0 {
+			line, msg = msg[:i], msg[i+1:]
+		} else {
+			msg = nil
+		}
+		if len(line) == 2 && line[0] == '{' && line[1] == '}' {
+			return true
+		}
+	}
+	return false
 }
