@@ -3,6 +3,7 @@ package core
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
@@ -126,6 +127,9 @@ type hub struct {
 	kicks  []*conn  // dispatch's scratch list of connections to start writers for
 	active []*group // dispatch's scratch list of groups with matched changes
 	seen   [][]byte // flush's scratch list of a subscriber's entries
+
+	writers chan *conn   // unbuffered: parked writer goroutines take connections to write for (sendqueue.go)
+	parked  atomic.Int64 // writers parked on writers
 }
 
 // resIndex holds the groups of one resource. A group is indexed under the
@@ -152,7 +156,7 @@ type pending struct {
 }
 
 func newHub(e *Engine) *hub {
-	return &hub{e: e, res: map[string]*resIndex{}}
+	return &hub{e: e, res: map[string]*resIndex{}, writers: make(chan *conn)}
 }
 
 // add registers s under its scope.

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tidesync/tide/core/protocol"
 )
@@ -184,12 +185,61 @@ func (c *conn) requestPing() {
 	c.kickLocked()
 }
 
-// kickLocked starts the writer goroutine if it is not running.
+// kickLocked starts the writer goroutine if it is not running: a parked
+// writer of the engine's pool takes the connection if one is waiting,
+// else a new one starts.
 func (c *conn) kickLocked() {
 	if c.out.writing {
 		return
 	}
 	c.out.writing = true
-	c.e.wg.Add(1)
-	go c.writeLoop()
+	select {
+	case c.e.hub.writers <- c:
+	default:
+		c.e.wg.Add(1)
+		go c.e.hub.writer(c)
+	}
+}
+
+// writerPark is how long a writer goroutine waits for another connection
+// to write for before it exits. A connection has no goroutine of its own
+// for writing; the engine's writers drain one connection's queue at a
+// time and then park, so the next wave of fan-out hands each connection
+// to a goroutine that exists already, with its stack already grown,
+// instead of starting (and growing) a goroutine per connection and wave.
+// An idle server keeps none of them beyond this.
+const writerPark = 2 * time.Second
+
+// maxParkedWriters bounds the writers waiting for work; beyond it a
+// writer with nothing to do exits at once.
+const maxParkedWriters = 4096
+
+// writer drains c's queue, then waits (parked, up to writerPark) for the
+// next connection a kick hands it.
+func (h *hub) writer(c *conn) {
+	defer h.e.wg.Done()
+	var t *time.Timer
+	for {
+		c.writeLoop()
+		if h.parked.Add(1) > maxParkedWriters {
+			h.parked.Add(-1)
+			return
+		}
+		if t == nil {
+			t = time.NewTimer(writerPark)
+		} else {
+			t.Reset(writerPark)
+		}
+		select {
+		case c = <-h.writers:
+			h.parked.Add(-1)
+		case <-t.C:
+			h.parked.Add(-1)
+			return
+		case <-h.e.ctx.Done():
+			h.parked.Add(-1)
+			t.Stop()
+			return
+		}
+	}
 }

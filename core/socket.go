@@ -172,10 +172,9 @@ func (c *conn) teardown() {
 	c.e.cfg.Observer.ConnClosed()
 }
 
-// writeLoop drains the queue and exits when it is empty, so an idle
-// connection has no writer goroutine.
+// writeLoop drains the queue and returns when it is empty, so an idle
+// connection has no writer goroutine (hub.writer runs it).
 func (c *conn) writeLoop() {
-	defer c.e.wg.Done()
 	for {
 		c.mu.Lock()
 		ping := c.out.pingDue

@@ -22,6 +22,7 @@ func idle(args []string) error {
 	hold := fs.Bool("hold", false, "keep the connections open until the timeout, for profiling the server")
 	conc := fs.Int("conc", 64, "connections opened at a time")
 	quiet := fs.Duration("quiet", 3*time.Second, "how long the connections stay silent before the measurement (the server retires a connection's writer goroutine within a second of its last write)")
+	cfBin := fs.String("centrifugo", "", "Centrifugo binary: measure the same connections against it in the same run")
 	_ = fs.Parse(args)
 	if *n < 1 || *n > 19000 || *scopes < 1 {
 		return errors.New("idle: need 1 ≤ -n ≤ 19000 and -scopes ≥ 1")
@@ -87,7 +88,63 @@ func idle(args []string) error {
 	fmt.Fprintf(&b, "server heap alloc: %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection\n", mib(before.HeapAlloc), mib(after.HeapAlloc), res.HeapKiB)
 	fmt.Fprintf(&b, "server stacks:     %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection (%.2f settled)\n", mib(before.StackInuse), mib(after.StackInuse), res.StackKiB, res.StackSettledKiB)
 	fmt.Fprintf(&b, "server goroutines: %d -> %d   %.2f per connection\n", before.Goroutines, after.Goroutines, res.GoroutinesPer)
+	conns.close()
+	srv.stop()
+	if *cfBin == "" {
+		fmt.Fprintf(&b, "%s\n", centrifugoNote)
+		return emit(cm.json, res, b.String())
+	}
+	cf, err := idleCentrifugo(ctx, *cfBin, *n, *scopes, *conc, *quiet)
+	if err != nil {
+		return fmt.Errorf("centrifugo: %w", err)
+	}
+	res.Centrifugo = &cf
+	fmt.Fprintf(&b, "centrifugo, same connections (JWT connect + 1 subscription each, %d channels):\n", *scopes)
+	fmt.Fprintf(&b, "server RSS:        %7.1f MiB -> %7.1f MiB   %5.2f KiB per connection (%.2f after %s more)\n", mib(cf.Before), mib(cf.After), cf.RSSKiB, cf.RSSLaterKiB, *quiet)
+	fmt.Fprintf(&b, "tide/centrifugo, RSS per connection: %.2f (settled tide vs later centrifugo: %.2f)\n", ratio(res.RSSKiB, cf.RSSKiB), ratio(res.RSSSettledKiB, cf.RSSLaterKiB))
 	return emit(cm.json, res, b.String())
+}
+
+// idleCFResult is the peer's idle figure: RSS only (its heap is not
+// exposed to us).
+type idleCFResult struct {
+	Before      uint64  `json:"rss_before"`
+	After       uint64  `json:"rss_after"`
+	Later       uint64  `json:"rss_later"`
+	RSSKiB      float64 `json:"rss_kib_per_conn"`
+	RSSLaterKiB float64 `json:"rss_later_kib_per_conn"`
+}
+
+func idleCentrifugo(ctx context.Context, bin string, n, scopes, conc int, quiet time.Duration) (idleCFResult, error) {
+	var r idleCFResult
+	p, err := startCentrifugo(ctx, bin, cfOptions{})
+	if err != nil {
+		return r, err
+	}
+	defer p.stop()
+	time.Sleep(500 * time.Millisecond)
+	r.Before = p.rss()
+	conns, err := openFleet(ctx, n, conc, func(ctx context.Context, i int) (*loadConn, error) {
+		return dialCentrifugo(ctx, p, i, dialOpts{scope: scopeName(i % scopes), readBuf: 512, round: 1})
+	})
+	if err != nil {
+		return r, err
+	}
+	defer conns.close()
+	if err := waitUntil(ctx, conns, 20*time.Millisecond, "subscribed", func() bool { return conns.caughtUp() == n }); err != nil {
+		return r, err
+	}
+	for i, dst := range []*uint64{&r.After, &r.Later} {
+		select {
+		case <-time.After(quiet * time.Duration(i+1)):
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+		*dst = p.rss()
+	}
+	per := func(a, b uint64) float64 { return float64(int64(b)-int64(a)) / float64(n) / 1024 }
+	r.RSSKiB, r.RSSLaterKiB = per(r.Before, r.After), per(r.Before, r.Later)
+	return r, nil
 }
 
 type idleResult struct {
@@ -103,6 +160,8 @@ type idleResult struct {
 	StackKiB        float64 `json:"stack_kib_per_conn"`
 	StackSettledKiB float64 `json:"stack_settled_kib_per_conn"`
 	GoroutinesPer   float64 `json:"goroutines_per_conn"`
+
+	Centrifugo *idleCFResult `json:"centrifugo,omitempty"`
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }

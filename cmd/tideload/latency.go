@@ -42,10 +42,12 @@ func latency(args []string) error {
 	pgConns := fs.Int("pgconns", 0, "server's Postgres pool size (0: pgxpool's default)")
 	conc := fs.Int("conc", 64, "connections opened at a time")
 	prof := fs.String("pprof", "", "write a CPU profile of the server over the writes to this file")
+	cfBin := fs.String("centrifugo", "", "Centrifugo binary: measure it as a peer in the same run (publishing through its HTTP API, no database)")
+	rounds := fs.Int("rounds", 1, "tide (+ Centrifugo) rounds, alternating")
 	_ = fs.Parse(args)
 	total := int(*rate * duration.Seconds())
-	if *n < 1 || *n > 19000 || *rate <= 0 || *rate > 10000 || total < 1 || *scopes < 1 || *scopes > *n || int64(*n)*int64(total) > 50_000_000 {
-		return errors.New("latency: need 1 ≤ -n ≤ 19000, 0 < -rate ≤ 10000, 1 ≤ -scopes ≤ n, and n × rate × duration ≤ 50M")
+	if *n < 1 || *n > 19000 || *rate <= 0 || *rate > 10000 || total < 1 || *scopes < 1 || *scopes > *n || int64(*n)*int64(total) > 50_000_000 || *rounds < 1 || *rounds > 10 {
+		return errors.New("latency: need 1 ≤ -n ≤ 19000, 0 < -rate ≤ 10000, 1 ≤ -scopes ≤ n, n × rate × duration ≤ 50M, 1 ≤ -rounds ≤ 10")
 	}
 	dsn, err := dsnOr(*dsnFlag)
 	if err != nil {
@@ -53,30 +55,125 @@ func latency(args []string) error {
 	}
 	ctx, cancel := cm.context()
 	defer cancel()
-
-	pg, err := newPGRun(ctx, dsn)
+	o := latencyRun{n: *n, rate: *rate, duration: *duration, scopes: *scopes, bodyLen: *bodyLen, auth: *auth, dsn: dsn,
+		pgConns: *pgConns, conc: *conc, prof: *prof, total: total}
+	stopLoadProf, err := cm.profileLoad()
 	if err != nil {
 		return err
 	}
+	defer stopLoadProf()
+	var out latencyReport
+	out.Env = newEnv(fs)
+	for r := range *rounds {
+		if r > 0 {
+			o.prof = ""
+		}
+		res, err := latencyTide(ctx, o)
+		if err != nil {
+			return fmt.Errorf("tide: %w", err)
+		}
+		res.Env = out.Env
+		res.Round = r + 1
+		out.Tide = append(out.Tide, res)
+		if *cfBin != "" {
+			cf, err := latencyCentrifugo(ctx, *cfBin, o)
+			if err != nil {
+				return fmt.Errorf("centrifugo: %w", err)
+			}
+			cf.Env = out.Env
+			cf.Round = r + 1
+			out.Centrifugo = append(out.Centrifugo, cf)
+		}
+	}
+	stopLoadProf()
+	if err := emit(cm.json, out, out.text(*cfBin != "")); err != nil {
+		return err
+	}
+	for _, r := range out.Tide {
+		if r.Missing > 0 {
+			return fmt.Errorf("tide round %d: %d of %d deliveries missing", r.Round, r.Missing, r.Expected)
+		}
+	}
+	for _, r := range out.Centrifugo {
+		if r.Missing > 0 {
+			return fmt.Errorf("centrifugo round %d: %d of %d deliveries missing", r.Round, r.Missing, r.Expected)
+		}
+	}
+	return nil
+}
+
+// latencyRun is one round's parameters.
+type latencyRun struct {
+	n, scopes, bodyLen, pgConns, conc, total int
+	rate                                     float64
+	duration                                 time.Duration
+	auth                                     bool
+	dsn, prof                                string
+}
+
+// latencyReport is every round of a run.
+type latencyReport struct {
+	Env        env             `json:"env"`
+	Tide       []latencyResult `json:"tide"`
+	Centrifugo []latencyResult `json:"centrifugo,omitempty"`
+}
+
+func (r latencyReport) text(peer bool) string {
+	var b strings.Builder
+	for i, t := range r.Tide {
+		b.WriteString(t.text())
+		if i < len(r.Centrifugo) {
+			b.WriteString(r.Centrifugo[i].text())
+		}
+	}
+	if !peer {
+		b.WriteString("  " + centrifugoNote + "\n")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "same run, side by side, ms: commit (tide) or publish call (centrifugo) returned → client; sent → client (the write or publish call started)\n")
+	fmt.Fprintf(&b, "  %-7s %-11s %8s %8s %8s %8s %10s %10s   %s\n", "round", "server", "p50", "p90", "p99", "max", "sent p50", "sent p99", "server CPU, load CPU, other CPU (s)")
+	for i, t := range r.Tide {
+		c := r.Centrifugo[i]
+		for _, x := range []struct {
+			name string
+			l    latencyResult
+		}{{"tide", t}, {"centrifugo", c}} {
+			fmt.Fprintf(&b, "  #%-6d %-11s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f   %.2f, %.2f, %.2f\n", i+1, x.name,
+				x.l.Latency.P50, x.l.Latency.P90, x.l.Latency.P99, x.l.Latency.Max, x.l.FromSend.P50, x.l.FromSend.P99, x.l.Usage.ServerCPU, x.l.Usage.LoadCPU, x.l.Usage.OtherCPU)
+		}
+		fmt.Fprintf(&b, "  #%-6d %-11s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f\n", i+1, "tide/cf", ratio(t.Latency.P50, c.Latency.P50),
+			ratio(t.Latency.P90, c.Latency.P90), ratio(t.Latency.P99, c.Latency.P99), ratio(t.Latency.Max, c.Latency.Max), ratio(t.FromSend.P50, c.FromSend.P50), ratio(t.FromSend.P99, c.FromSend.P99))
+	}
+	return b.String()
+}
+
+// latencyTide is one tide round on the Postgres feed.
+func latencyTide(ctx context.Context, o latencyRun) (latencyResult, error) {
+	n, scopes, total, dsn := &o.n, &o.scopes, o.total, o.dsn
+	var res latencyResult
+	pg, err := newPGRun(ctx, dsn)
+	if err != nil {
+		return res, err
+	}
 	defer pg.drop()
-	sargs := append(pg.serverArgs(), "-pgconns", strconv.Itoa(*pgConns))
-	if *auth {
+	sargs := append(pg.serverArgs(), "-pgconns", strconv.Itoa(o.pgConns))
+	if o.auth {
 		sargs = append(sargs, "-auth")
 	}
 	srv, err := startChild(ctx, "serve", sargs...)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer srv.stop()
-	conns, err := openFleet(ctx, *n, *conc, func(ctx context.Context, i int) (*loadConn, error) {
-		return dialLoad(ctx, srv.addr, i, dialOpts{path: "/tide/ws", tide: true, auth: *auth, scope: scopeName(i % *scopes), readBuf: 4096, track: total})
+	conns, err := openFleet(ctx, *n, o.conc, func(ctx context.Context, i int) (*loadConn, error) {
+		return dialLoad(ctx, srv.addr, i, dialOpts{path: "/tide/ws", tide: true, auth: o.auth, scope: scopeName(i % *scopes), readBuf: 4096, track: total})
 	})
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer conns.close()
 	if err := waitUntil(ctx, conns, 10*time.Millisecond, "caught-up", func() bool { return conns.caughtUp() == *n }); err != nil {
-		return err
+		return res, err
 	}
 	subsPer := make([]int64, *scopes)
 	for i := range *n {
@@ -89,27 +186,22 @@ func latency(args []string) error {
 
 	wc, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer wc.Close(context.Background())
 	insert := "INSERT INTO " + pg.table() + " (id, scope, tenant, body, sent_ns) VALUES ($1, $2, $3, $4, $5)"
 	if _, err := wc.Prepare(ctx, "insert", insert); err != nil {
-		return err
+		return res, err
 	}
-	body := strings.Repeat("lorem ipsum dolor sit amet ", *bodyLen/27+1)[:*bodyLen]
+	body := strings.Repeat("lorem ipsum dolor sit amet ", o.bodyLen/27+1)[:o.bodyLen]
 	st0, err := srv.stats(ctx, false)
 	if err != nil {
-		return err
+		return res, err
 	}
 	sent := make([]int64, total)
 	done := make([]int64, total)
-	interval := time.Duration(float64(time.Second) / *rate)
-	waitProf := srv.profile(ctx, *prof, *duration)
-	stopLoadProf, err := cm.profileLoad()
-	if err != nil {
-		return err
-	}
-	defer stopLoadProf()
+	interval := time.Duration(float64(time.Second) / o.rate)
+	waitProf := srv.profile(ctx, o.prof, o.duration)
 	s1 := takeSample(srv)
 	start := time.Now()
 	for i := range total {
@@ -117,38 +209,37 @@ func latency(args []string) error {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
-				return context.Cause(ctx)
+				return res, context.Cause(ctx)
 			}
 		}
 		sent[i] = clock()
 		if _, err := wc.Exec(ctx, "insert", strconv.Itoa(i), scopeName(i%*scopes), tenant, body, sent[i]); err != nil {
 			if ctx.Err() != nil {
-				return context.Cause(ctx)
+				return res, context.Cause(ctx)
 			}
-			return fmt.Errorf("insert %d: %w", i, err)
+			return res, fmt.Errorf("insert %d: %w", i, err)
 		}
 		done[i] = clock()
 		if i%64 == 0 {
 			if err := conns.failure(); err != nil {
-				return err
+				return res, err
 			}
 		}
 	}
 	writeEnd := time.Now()
 	s2 := takeSample(srv)
-	stopLoadProf()
 	if err := waitProf(); err != nil {
-		return fmt.Errorf("profile: %v", err)
+		return res, fmt.Errorf("profile: %v", err)
 	}
 	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
 	derr := waitUntil(dctx, conns, 10*time.Millisecond, "every delivery", func() bool { return conns.entries() >= expected })
 	dcancel()
 	if derr != nil && ctx.Err() != nil {
-		return derr
+		return res, derr
 	}
 	st1, err := srv.stats(ctx, false)
 	if err != nil {
-		return err
+		return res, err
 	}
 
 	lat := make([]int64, 0, expected)
@@ -177,7 +268,7 @@ func latency(args []string) error {
 		commit[i] = done[i] - sent[i]
 	}
 	u := s1.to(s2)
-	res := latencyResult{Env: newEnv(fs), N: *n, Rate: *rate, Duration: duration.Seconds(), Scopes: *scopes, Auth: *auth,
+	res = latencyResult{Server: "tide", N: *n, Rate: o.rate, Duration: o.duration.Seconds(), Scopes: *scopes, Auth: o.auth,
 		Commits: total, CommitsPerS: float64(total) / writeEnd.Sub(start).Seconds(),
 		Latency: quantilesOf(lat), FromSend: quantilesOf(upper), CommitRTT: quantilesOf(commit),
 		Deliveries: float64(len(lat)) / u.Seconds, Expected: expected, Missing: missing, Early: early, Duplicates: dups,
@@ -186,16 +277,12 @@ func latency(args []string) error {
 		res.Polls = st1.PG.Polls - st0.PG.Polls
 		res.Notifications = st1.PG.Notifications - st0.PG.Notifications
 	}
-	if err := emit(cm.json, res, res.text()); err != nil {
-		return err
-	}
-	if missing > 0 {
-		return fmt.Errorf("%d of %d deliveries missing", missing, expected)
-	}
-	return nil
+	return res, nil
 }
 
 type latencyResult struct {
+	Server        string    `json:"server"`
+	Round         int       `json:"round"`
 	Env           env       `json:"env"`
 	N             int       `json:"n"`
 	Rate          float64   `json:"rate"`
@@ -225,15 +312,26 @@ func (r latencyResult) text() string {
 	if !r.Auth {
 		auth = "no policy, no filter"
 	}
-	fmt.Fprintf(&b, "tideload latency: %d commits at %.0f/s (%.1f achieved) over %.0f s, each to %d subscribers on %d scope(s); Postgres feed, %s\n",
-		r.Commits, r.Rate, r.CommitsPerS, r.Duration, r.N, r.Scopes, auth)
-	fmt.Fprintf(&b, "  (%s; %s)\n", r.Env, r.Env.Flags)
-	fmt.Fprintf(&b, "  commit-to-client:   %s\n", r.Latency)
-	fmt.Fprintf(&b, "  send-to-client:     %s  (includes the INSERT+COMMIT round trip)\n", r.FromSend)
-	fmt.Fprintf(&b, "  INSERT+COMMIT:      %s\n", r.CommitRTT)
+	if r.Server == "centrifugo" {
+		fmt.Fprintf(&b, "centrifugo round %d: %d publishes at %.0f/s (%.1f achieved) over %.0f s, each to %d subscribers on %d channel(s); HTTP API publish, memory engine, no database, no per-row filter\n",
+			r.Round, r.Commits, r.Rate, r.CommitsPerS, r.Duration, r.N, r.Scopes)
+		fmt.Fprintf(&b, "  publish-to-client:  %s  (from the publish call returning)\n", r.Latency)
+		fmt.Fprintf(&b, "  send-to-client:     %s  (includes the publish round trip)\n", r.FromSend)
+		fmt.Fprintf(&b, "  publish call:       %s\n", r.CommitRTT)
+	} else {
+		fmt.Fprintf(&b, "tideload latency, tide round %d: %d commits at %.0f/s (%.1f achieved) over %.0f s, each to %d subscribers on %d scope(s); Postgres feed, %s\n",
+			r.Round, r.Commits, r.Rate, r.CommitsPerS, r.Duration, r.N, r.Scopes, auth)
+		fmt.Fprintf(&b, "  (%s; %s)\n", r.Env, r.Env.Flags)
+		fmt.Fprintf(&b, "  commit-to-client:   %s\n", r.Latency)
+		fmt.Fprintf(&b, "  send-to-client:     %s  (includes the INSERT+COMMIT round trip)\n", r.FromSend)
+		fmt.Fprintf(&b, "  INSERT+COMMIT:      %s\n", r.CommitRTT)
+	}
 	fmt.Fprintf(&b, "  deliveries/s: %s (%s of %s delivered; %d missing, %d duplicates, %d before the writer saw COMMIT return)\n",
 		commas(r.Deliveries), commas(float64(r.Latency.N)), commas(float64(r.Expected)), r.Missing, r.Duplicates, r.Early)
 	fmt.Fprintf(&b, "  CPU while writing: %s\n", r.Usage)
+	if r.Server == "centrifugo" {
+		return b.String()
+	}
 	fmt.Fprintf(&b, "  server: %d tail batches, %d notifications, %d poll wake-ups, %d live entries dropped\n", r.TailBatches, r.Notifications, r.Polls, r.Dropped)
 	return b.String()
 }

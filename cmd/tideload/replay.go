@@ -31,6 +31,7 @@ func replay(args []string) error {
 	auth := fs.Bool("auth", true, "principals, RequireClaim and a row filter")
 	dsnFlag := fs.String("dsn", "", "Postgres URL (default: TIDE_TEST_DATABASE_URL, else "+defaultDSN+")")
 	prof := fs.String("pprof", "", "write a CPU profile of the server over the first replay to this file")
+	cfBin := fs.String("centrifugo", "", "Centrifugo binary: measure history recovery of the same backlog in the same run, alternating with tide")
 	_ = fs.Parse(args)
 	if *rows < 1 || *rows > 10_000_000 || *runs < 1 || *runs > 20 || *limit < 0 {
 		return errors.New("replay: need 1 ≤ -rows ≤ 10M, 1 ≤ -runs ≤ 20, -limit ≥ 0")
@@ -107,7 +108,22 @@ func replay(args []string) error {
 	cursor := protocol.Cursor{Epoch: st0.Epoch, Pos: st0.Head}.String()
 
 	res := replayResult{Env: newEnv(fs), Rows: *rows, Limit: *limit, Auth: *auth, InsertSeconds: insertTime.Seconds()}
+	var cf *cfReplay
+	if *cfBin != "" {
+		if cf, err = newCFReplay(ctx, *cfBin, *rows, body); err != nil {
+			return fmt.Errorf("centrifugo: %w", err)
+		}
+		defer cf.p.stop()
+	}
 	for run := range *runs {
+		if cf != nil {
+			r, u, err := cf.run(ctx, run)
+			if err != nil {
+				return fmt.Errorf("centrifugo: %w", err)
+			}
+			res.Centrifugo = append(res.Centrifugo, r)
+			res.CentrifugoUsage = append(res.CentrifugoUsage, u)
+		}
 		// tide
 		stA, err := srv.stats(ctx, false)
 		if err != nil {
@@ -169,6 +185,10 @@ func replay(args []string) error {
 	}
 	res.TideMedian, res.SelectMedian, res.SelectLogMedian = median(res.Tide), median(res.Select), median(res.SelectLog)
 	res.Ratio = ratio(res.TideMedian, res.SelectMedian)
+	if cf != nil {
+		res.CentrifugoMedian = median(res.Centrifugo)
+		res.RatioCentrifugo = ratio(res.TideMedian, res.CentrifugoMedian)
+	}
 	return emit(cm.json, res, res.text())
 }
 
@@ -212,6 +232,11 @@ type replayResult struct {
 	Ratio           float64   `json:"tide_over_select"`
 	ReplayQueries   int64     `json:"replay_queries_per_run"`
 	Frames          int64     `json:"frames_per_run"`
+
+	Centrifugo       []float64 `json:"centrifugo_runs,omitempty"`
+	CentrifugoUsage  []usage   `json:"centrifugo_usage,omitempty"`
+	CentrifugoMedian float64   `json:"centrifugo_rows_per_s,omitempty"`
+	RatioCentrifugo  float64   `json:"tide_over_centrifugo,omitempty"`
 }
 
 func (r replayResult) text() string {
@@ -237,9 +262,20 @@ func (r replayResult) text() string {
 	fmt.Fprintf(&b, "  tide replay to the client:       %11s rows/s   (runs: %s; %d replay queries, %d frames per run)\n", commas(r.TideMedian), list(r.Tide), r.ReplayQueries, r.Frames)
 	fmt.Fprintf(&b, "  pgx SELECT, table, same columns: %11s rows/s   (runs: %s)\n", commas(r.SelectMedian), list(r.Select))
 	fmt.Fprintf(&b, "  pgx SELECT, change log:          %11s rows/s   (runs: %s)\n", commas(r.SelectLogMedian), list(r.SelectLog))
+	if len(r.Centrifugo) > 0 {
+		fmt.Fprintf(&b, "  centrifugo history recovery:     %11s rows/s   (runs: %s; memory engine, one subscribe reply)\n", commas(r.CentrifugoMedian), list(r.Centrifugo))
+	}
 	fmt.Fprintf(&b, "  tide/SELECT: %.2f\n", r.Ratio)
+	if len(r.Centrifugo) > 0 {
+		fmt.Fprintf(&b, "  tide/centrifugo: %.2f\n", r.RatioCentrifugo)
+	} else {
+		fmt.Fprintf(&b, "  %s\n", centrifugoNote)
+	}
 	for i, u := range r.TideUsage {
 		fmt.Fprintf(&b, "  CPU, tide run %d: %s\n", i+1, u)
+	}
+	for i, u := range r.CentrifugoUsage {
+		fmt.Fprintf(&b, "  CPU, centrifugo run %d: %s\n", i+1, u)
 	}
 	for i, u := range r.SelectUsage {
 		fmt.Fprintf(&b, "  CPU, SELECT run %d: load client (pgx) %.2f s, other (Postgres) %.2f s over %.2f s\n", i+1, u.LoadCPU, u.OtherCPU, u.Seconds)

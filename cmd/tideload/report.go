@@ -70,7 +70,11 @@ type sample struct {
 	machine time.Duration // every process's busy CPU
 }
 
-func takeSample(srv *child) sample {
+// cpuReader is a server process whose CPU time a sample reads: a tide
+// child or a Centrifugo peer.
+type cpuReader interface{ cpu() time.Duration }
+
+func takeSample(srv cpuReader) sample {
 	s := sample{wall: time.Now(), load: selfCPU(), machine: machineCPU()}
 	if srv != nil {
 		s.server = srv.cpu()
