@@ -103,6 +103,9 @@ func openStore(ctx context.Context, databaseURL string, log *slog.Logger) (*Stor
 		st.Engine = engine
 		st.tasks, err = core.Register(engine, core.Resource[Task]{Table: "tasks", Authorize: Policy})
 	}
+	if err == nil {
+		err = st.addMutators()
+	}
 	if pf, ok := cfg.Feed.(*pgfeed.Feed); ok && err == nil {
 		// Safe on every boot, and from several processes at once: run two
 		// of the examples on one database and they sync with each other.

@@ -10,6 +10,7 @@ package taskapptest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/client"
+	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/examples/internal/taskapp"
 )
 
@@ -28,7 +30,8 @@ import (
 // login; a wrong password refused with no cookie set; alice's login and
 // /api/me; the live task list of gemini over tide through the Go client
 // (the seeded snapshot, then a task created over the API arriving as a
-// change); the logout; bob's login, and bob refused a write to apollo.
+// change, and one written through the tasks.put mutator; a mutation into
+// another project refused); the logout; bob's login, and bob refused a write to apollo.
 // Then it stops the app and checks taskapp.Run returned nil.
 func Run(t *testing.T, routes taskapp.Routes) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // bounds a broken test only
@@ -91,9 +94,23 @@ func Run(t *testing.T, routes taskapp.Routes) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gemini := client.NewMirror()
-	if _, err := c.Subscribe(client.Scope{Resource: "tasks", Conditions: map[string]any{"project_id": "gemini"}}, gemini); err != nil {
+	gemini, err := c.Sync(client.Scope{Resource: "tasks", Conditions: map[string]any{"project_id": "gemini"}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	wait := func(what string, ok func(map[string]json.RawMessage) bool) {
+		t.Helper()
+		for {
+			ch := gemini.Changed()
+			if ok(gemini.Rows()) {
+				return
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				t.Fatalf("%s: %v", what, ctx.Err())
+			}
+		}
 	}
 	clientDone := make(chan error, 1)
 	clientCtx, stopClient := context.WithCancel(ctx)
@@ -110,14 +127,30 @@ func Run(t *testing.T, routes taskapp.Routes) {
 			return false
 		}
 	}
-	if err := gemini.Wait(ctx, titled("bob can see gemini, not apollo")); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
+	wait("snapshot", titled("bob can see gemini, not apollo"))
 	if status, body := do(http.MethodPost, "/api/tasks", "application/json", `{"project_id":"gemini","title":"from the test"}`); status != http.StatusCreated {
 		t.Fatalf("create: %d %s", status, body)
 	}
-	if err := gemini.Wait(ctx, titled("from the test")); err != nil {
-		t.Fatalf("live change: %v", err)
+	wait("live change", titled("from the test"))
+	// A client write through the tasks.put mutator: acknowledged, and
+	// synced to the subscription; a project alice is not in is refused.
+	put, err := c.Mutate(ctx, client.Mutation{Resource: "tasks", Name: "put",
+		Args: taskapp.PutArgs{ID: "mutated-1", ProjectID: "gemini", Title: "through a mutator"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := put.Wait(ctx); err != nil || len(res.Entries) != 1 {
+		t.Fatalf("put: %+v %v", res, err)
+	}
+	wait("mutated task", titled("through a mutator"))
+	refused, err := c.Mutate(ctx, client.Mutation{Resource: "tasks", Name: "put",
+		Args: taskapp.PutArgs{ID: "mutated-2", ProjectID: "mercury", Title: "not alice's"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rej *client.RejectError
+	if _, err := refused.Wait(ctx); !errors.As(err, &rej) || rej.Code != protocol.CodeForbidden {
+		t.Fatalf("put into another project: %v", err)
 	}
 
 	if status, _ := do(http.MethodPost, "/logout", "", ""); status != http.StatusSeeOther {
