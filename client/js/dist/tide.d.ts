@@ -130,7 +130,6 @@ export interface LogItem {
     ops: Op[];
     acked: boolean;
     cursor: string;
-    owner?: string;
     run?: Strategy;
 }
 /** The local copy of one scope. */
@@ -329,8 +328,6 @@ export declare class Client {
     private scopes;
     private handles;
     private origin;
-    private tab;
-    private born;
     private ws;
     private conn;
     private welcomed;
@@ -346,13 +343,23 @@ export declare class Client {
     private sent;
     private bc;
     private started;
-    private waiting;
+    private forgotten;
     constructor(opts: Options);
     private wsCtor;
     private emit;
     private start;
-    /** Takes over the queued mutations no live tab owns (its own after a reload, or a closed tab's). */
-    private adopt;
+    /**
+     * Takes the shared queue's mutations this tab does not hold yet into its
+     * log (at start: its own after a reload, other tabs' queued ones; later:
+     * when another tab queues one). Every tab of the origin sends every queued
+     * mutation: the server applies each key at most once and answers a repeat
+     * with the recorded answer, so no tab owns the queue, none can lose a
+     * mutation to another, and a closed tab's mutations are in flight from
+     * the others already.
+     */
+    private loadQueue;
+    /** Another tab's send of key was rejected: roll it back here too (it is out of the store). */
+    private dropRejected;
     private insert;
     /** Starts syncing a scope (the same scope twice returns the same Scope). */
     scope(resource: string, conditions?: Conditions): Scope;

@@ -280,7 +280,6 @@ export interface LogItem {
   ops: Op[];
   acked: boolean;
   cursor: string;
-  owner?: string;
   run?: Strategy; // in memory: the strategy (a merge is not persisted)
 }
 
@@ -742,8 +741,6 @@ export class Client {
   private scopes = new Set<Scope>();
   private handles = new Map<string, Handle>();
   private origin = "";
-  private tab = randomHex();
-  private born = Date.now();
   private ws: WebSocket | null = null;
   private conn = 0; // connection number, for stale callbacks
   private welcomed = false;
@@ -759,7 +756,7 @@ export class Client {
   private sent = new Set<string>(); // keys sent on this connection
   private bc: BroadcastChannel | null = null;
   private started: Promise<void>;
-  private waiting = new Set<string>(); // tabs whose queued mutations this one adopts when they close
+  private forgotten = new Set<string>(); // keys this tab settled or saw rejected: never taken from the store again
 
   constructor(opts: Options) {
     this.o = { pollInterval: 2000, minBackoff: 100, maxBackoff: 30000, transport: "auto", ...opts };
@@ -796,50 +793,52 @@ export class Client {
     this.origin = await this.store.meta("origin", () => "web-" + randomHex().slice(0, 16));
     if (typeof BroadcastChannel !== "undefined") {
       this.bc = new BroadcastChannel("tide:" + (this.o.dbName ?? "tide"));
-      this.bc.onmessage = () => void this.adopt();
+      this.bc.onmessage = (ev: MessageEvent) => {
+        const m = typeof ev.data === "string" ? ev.data : "";
+        if (m.startsWith("rejected:")) void (this.chain = this.chain.then(() => this.dropRejected(m.slice(9))));
+        else void this.loadQueue();
+      };
     }
-    const locks = (globalThis as { navigator?: { locks?: LockManager } }).navigator?.locks;
-    if (locks) await new Promise<void>((held) => void locks.request("tide:tab:" + this.tab, () => (held(), new Promise(() => {}))));
-    await this.adopt();
+    await this.loadQueue();
     this.connect();
   }
 
-  /** Takes over the queued mutations no live tab owns (its own after a reload, or a closed tab's). */
-  private async adopt() {
-    const locks = (globalThis as { navigator?: { locks?: LockManager } }).navigator?.locks;
-    const take = async () => {
-      const held = locks ? new Set(((await locks.query()).held ?? []).map((l) => l.name)) : null;
-      const items = (await this.store.loadQueue()).sort((a, b) => a.seq - b.seq);
-      let got = false;
-      for (const it of items) {
-        if (this.replica.log.some((x) => x.key === it.key)) continue;
-        if (held && it.owner && it.owner !== this.tab && held.has("tide:tab:" + it.owner)) {
-          // Another live tab's: adopt it if that tab closes first.
-          const owner = it.owner;
-          if (locks && !this.waiting.has(owner)) {
-            this.waiting.add(owner);
-            void locks.request("tide:tab:" + owner, async () => {
-              this.waiting.delete(owner);
-              // A reloading tab claims its own queue at once; the others
-              // give it that chance before taking over a closed tab's.
-              if (!this.closed) setTimeout(() => void this.adopt(), Date.now() - this.born < 5000 ? 0 : 3000);
-            });
-          }
-          continue;
-        }
-        it.owner = this.tab;
-        await this.store.putMutation(it);
-        this.insert(it);
-        this.seq = Math.max(this.seq, it.seq);
-        got = true;
-      }
-      if (got) {
-        this.changed(this.replica.refresh());
-        this.flush();
-      }
-    };
-    if (locks) await locks.request("tide:queue", take);
-    else await take();
+  /**
+   * Takes the shared queue's mutations this tab does not hold yet into its
+   * log (at start: its own after a reload, other tabs' queued ones; later:
+   * when another tab queues one). Every tab of the origin sends every queued
+   * mutation: the server applies each key at most once and answers a repeat
+   * with the recorded answer, so no tab owns the queue, none can lose a
+   * mutation to another, and a closed tab's mutations are in flight from
+   * the others already.
+   */
+  private async loadQueue() {
+    const items = (await this.store.loadQueue()).sort((a, b) => a.seq - b.seq);
+    let got = false;
+    for (const it of items) {
+      if (this.forgotten.has(it.key) || this.replica.log.some((x) => x.key === it.key)) continue;
+      this.insert(it);
+      this.seq = Math.max(this.seq, it.seq);
+      got = true;
+    }
+    if (got) {
+      this.changed(this.replica.refresh());
+      this.settle();
+      this.flush();
+    }
+  }
+
+  /** Another tab's send of key was rejected: roll it back here too (it is out of the store). */
+  private dropRejected(key: string) {
+    this.forgotten.add(key);
+    const it = this.replica.reject(key);
+    if (!it) return;
+    const h = this.handles.get(key);
+    this.handles.delete(key);
+    h?.result.fail(new RejectError(key, "rejected", "rejected in another tab"));
+    h?.settled.ok();
+    this.changed(this.replica.refresh());
+    this.pending();
   }
 
   private insert(it: LogItem) {
@@ -923,7 +922,7 @@ export class Client {
     }
     this.seq = Math.max(this.seq + 1, Date.now() * 1000);
     const strategy = mo.strategy ?? "server-wins";
-    const it: LogItem = { key, seq: this.seq, resource, name, args, at: Date.now(), strategy: strategyName(strategy), ops, acked: false, cursor: "", owner: this.tab, run: strategy };
+    const it: LogItem = { key, seq: this.seq, resource, name, args, at: Date.now(), strategy: strategyName(strategy), ops, acked: false, cursor: "", run: strategy };
     this.insert(it);
     this.changed(this.replica.refresh([resource, ...ops.map((o) => o.resource)]));
     const h = this.handles.get(key)!;
@@ -1160,6 +1159,7 @@ export class Client {
   private settle() {
     const done = this.replica.settle();
     for (const it of done) {
+      this.forgotten.add(it.key);
       void this.store.deleteMutation(it.key);
       const h = this.handles.get(it.key);
       this.handles.delete(it.key);
@@ -1202,8 +1202,7 @@ export class Client {
   private async onAck(f: { key: string; cursor: string; entries: Entry[]; replayed?: boolean }) {
     const { item, conflicts } = this.replica.ack(f.key, f.cursor, f.entries);
     if (!item) return;
-    if (item.owner === undefined) item.owner = this.tab;
-    await this.store.putMutation(item);
+    if (!this.forgotten.has(item.key)) await this.store.putMutation(item);
     const h = this.handles.get(f.key) ?? { result: deferred<Result>(), settled: deferred<void>() };
     this.handles.set(f.key, h);
     for (const c of conflicts) this.emit({ type: "conflict", error: c });
@@ -1224,7 +1223,9 @@ export class Client {
     }
     const it = this.replica.reject(f.key);
     if (!it) return;
+    this.forgotten.add(f.key);
     await this.store.deleteMutation(f.key);
+    this.bc?.postMessage("rejected:" + f.key);
     const h = this.handles.get(f.key);
     this.handles.delete(f.key);
     h?.result.fail(new RejectError(f.key, f.code, f.message));
