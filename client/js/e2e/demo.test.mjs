@@ -202,12 +202,12 @@ test("offline: edits made with the server down survive a reload, land exactly on
   const shots = [];
   for (const p of [a1, a2]) {
     await p.bringToFront();
-    shots.push((await p.screenshot()).toString("base64"));
+    shots.push((await p.locator("body").screenshot()).toString("base64")); // the page's content column
   }
-  const board = await browser.newPage({ viewport: { width: 1300, height: 760 } });
+  const board = await browser.newPage({ viewport: { width: 1330, height: 100 } });
   await board.setContent(
     `<body style="margin:0;display:flex;gap:10px;padding:10px;background:#ccc;font:14px system-ui">` +
-      shots.map((b, i) => `<figure style="margin:0;background:#fff"><figcaption style="padding:4px">tab ${i ? "2 (stayed open)" : "1 (edited offline, reloaded)"}</figcaption><img style="width:630px" src="data:image/png;base64,${b}"></figure>`).join("") +
+      shots.map((b, i) => `<figure style="margin:0;background:#fff"><figcaption style="padding:4px">tab ${i ? "2 (stayed open)" : "1 (edited offline, reloaded)"}</figcaption><img style="display:block;width:650px" src="data:image/png;base64,${b}"></figure>`).join("") +
       `</body>`,
   );
   await board.waitForFunction(() => [...document.images].every((i) => i.complete && i.naturalWidth > 0), null, T);
