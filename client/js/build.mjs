@@ -1,6 +1,7 @@
 // Builds dist/tide.js (one minified ES module, what the middleware serves)
 // and dist/tide.d.ts from src/tide.ts. With --check, builds into a temporary
-// directory and fails if the committed dist/ differs; prints the size.
+// directory and fails if the committed dist/ differs; prints the sizes and
+// fails above the size budget.
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -9,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
 
+const BUDGET = 10 * 1024; // bytes, minified and gzipped (issue 14; docs/performance.md)
 const here = dirname(fileURLToPath(import.meta.url));
 const check = process.argv.includes("--check");
 const out = check ? mkdtempSync(join(tmpdir(), "tidejs-")) : join(here, "dist");
@@ -26,7 +28,14 @@ try {
     logLevel: "warning",
   });
   const js = readFileSync(join(out, "tide.js"));
-  console.log(`tide.js: ${js.length} bytes minified, ${gzipSync(js, { level: 9 }).length} bytes minified+gzipped`);
+  // The raw size: the same bundle, not minified (not written anywhere).
+  const raw = (await esbuild.build({ entryPoints: [join(here, "src/tide.ts")], bundle: true, format: "esm", target: "es2020", write: false, logLevel: "warning" })).outputFiles[0].contents;
+  const gz = gzipSync(js, { level: 9 }).length;
+  console.log(`tide.js: ${raw.length} bytes raw (unminified), ${js.length} bytes minified, ${gz} bytes minified+gzipped (budget ${BUDGET})`);
+  if (gz > BUDGET) {
+    console.error(`tide.js is over its size budget: ${gz} > ${BUDGET} bytes minified+gzipped`);
+    process.exitCode = 1;
+  }
   if (check) {
     for (const f of ["tide.js", "tide.d.ts"]) {
       const fresh = readFileSync(join(out, f), "utf8");
