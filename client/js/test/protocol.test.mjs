@@ -299,3 +299,43 @@ test("random frames never throw past the error event", async () => {
   await until("errors reported", () => events.filter((e) => e.type === "error").length > 100);
   cl.close();
 });
+
+test("tabs share the queue: every tab sends every queued mutation, a reloaded tab takes its queue back, a reject rolls back everywhere", async () => {
+  const store = memoryStore();
+  FakeWS.all = [];
+  const mk = () => createClient({ url: "http://app.test/tide", store, dbName: "shared-" + process.pid, WebSocket: FakeWS, minBackoff: 1, maxBackoff: 5 });
+  const a = mk();
+  const wa = await until("socket a", () => FakeWS.all[0]);
+  const b = mk();
+  const wb = await until("socket b", () => FakeWS.all[1]);
+  for (const ws of [wa, wb]) await until("hello", () => sentOf(ws, "hello")[0]), ws.push(welcome);
+  const m = a.mutate("todos", "put", { id: "t1" });
+  await m.queued;
+  // Both tabs send it (the server answers a repeated key with the recorded answer).
+  await until("a sends", () => sentOf(wa, "mutate").some((f) => f.key === m.key));
+  await until("b sends", () => sentOf(wb, "mutate").some((f) => f.key === m.key));
+  assert.equal(b.status.getSnapshot().pending, 1);
+  const entries = [{ op: "upsert", key: "t1", resource: "todos", row: { id: "t1" } }];
+  wa.push({ type: "ack", key: m.key, cursor: "1.E.2", entries });
+  wb.push({ type: "ack", key: m.key, cursor: "1.E.2", entries, replayed: true });
+  await m.settled;
+  await until("b settles", () => b.status.getSnapshot().pending === 0);
+  assert.deepEqual(await store.loadQueue(), []);
+  // A tab reloads with a mutation queued: the new page sends it, the other tab too.
+  const m2 = a.mutate("todos", "put", { id: "t2" });
+  await m2.queued;
+  await until("b has m2", () => b.pendingKeys.includes(m2.key));
+  a.close();
+  const a2 = mk();
+  const wa2 = await until("socket a2", () => FakeWS.all[2]);
+  await until("hello a2", () => sentOf(wa2, "hello")[0]);
+  wa2.push(welcome);
+  await until("a2 sends m2", () => sentOf(wa2, "mutate").some((f) => f.key === m2.key));
+  assert.deepEqual(a2.pendingKeys, [m2.key]);
+  // A reject in one tab rolls the mutation back in the other.
+  wb.push({ type: "reject", key: m2.key, code: "invalid_args", message: "no" });
+  await until("a2 drops m2", () => a2.pendingKeys.length === 0 && b.pendingKeys.length === 0);
+  assert.deepEqual(await store.loadQueue(), []);
+  a2.close();
+  b.close();
+});
