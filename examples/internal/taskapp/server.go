@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/middleware"
 )
 
 //go:embed index.html
@@ -24,10 +25,12 @@ var indexHTML string
 
 // Page is the app's single page, titled for the framework ("tide + Gin:
 // project tasks"): the login form, then the live task list of a project,
-// kept by a minimal tide protocol v1 client over a WebSocket that the
-// session cookie authenticates.
+// kept by tide's browser client (served by the middleware at
+// /tide/client.js) over a WebSocket that the session cookie authenticates,
+// with optimistic writes through the tasks mutators.
 func Page(framework string) []byte {
-	return []byte(strings.ReplaceAll(indexHTML, "{{framework}}", html.EscapeString(framework)))
+	page := strings.ReplaceAll(indexHTML, "{{framework}}", html.EscapeString(framework))
+	return []byte(strings.ReplaceAll(page, "{{CLIENT_JS}}", middleware.ClientJSPath("/tide")))
 }
 
 // Routes builds an example's handler on the framework: the session
