@@ -21,6 +21,9 @@ type counters struct {
 
 	mutationsApplied  atomic.Int64
 	mutationsRejected atomic.Int64
+
+	revocationsPublished atomic.Int64
+	revocationsReceived  atomic.Int64
 }
 
 // Stats is a snapshot of an engine's counters.
@@ -40,6 +43,9 @@ type Stats struct {
 
 	MutationsApplied  int64 // mutations acknowledged (replayed keys included)
 	MutationsRejected int64 // mutations rejected
+
+	RevocationsPublished int64 // revocations and re-authorizations stored for the other nodes
+	RevocationsReceived  int64 // revocations and re-authorizations of other nodes applied here
 }
 
 // Stats returns the engine's counters.
@@ -61,5 +67,8 @@ func (e *Engine) Stats() Stats {
 
 		MutationsApplied:  s.mutationsApplied.Load(),
 		MutationsRejected: s.mutationsRejected.Load(),
+
+		RevocationsPublished: s.revocationsPublished.Load(),
+		RevocationsReceived:  s.revocationsReceived.Load(),
 	}
 }

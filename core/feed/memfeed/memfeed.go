@@ -46,7 +46,8 @@ type Feed struct {
 	tables map[string]map[string]*row // resource → key → current row
 	wake   chan struct{}              // closed and replaced after every commit
 
-	keys keyring // idempotency keys of mutations (transact.go)
+	keys keyring     // idempotency keys of mutations (transact.go)
+	revs revocations // revocation.go
 }
 
 // row is the current state of one row.
