@@ -29,6 +29,7 @@ type Engine struct {
 	cache  replayCache     // recent changes and shared feed reads, for catch-up
 	auth   *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
 	revs   *revSync        // revocations to and from the other nodes (revsync.go)
+	limits *catchUpLimiter // concurrent catch-up reads (catchuplimit.go)
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
 
@@ -72,6 +73,7 @@ func New(cfg Config) (*Engine, error) {
 	e.hub = newHub(e)
 	e.auth = newTokenTimers(ctx, cfg.Clock)
 	e.revs = newRevSync(e)
+	e.limits = newCatchUpLimiter(cfg.MaxCatchUps, cfg.MaxCatchUpsPerPrincipal)
 	return e, nil
 }
 

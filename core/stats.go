@@ -24,6 +24,10 @@ type counters struct {
 
 	revocationsPublished atomic.Int64
 	revocationsReceived  atomic.Int64
+
+	catchUpsRunning atomic.Int64
+	catchUpsWaiting atomic.Int64
+	catchUpsQueued  atomic.Int64
 }
 
 // Stats is a snapshot of an engine's counters.
@@ -46,6 +50,10 @@ type Stats struct {
 
 	RevocationsPublished int64 // revocations and re-authorizations stored for the other nodes
 	RevocationsReceived  int64 // revocations and re-authorizations of other nodes applied here
+
+	CatchUpsRunning int64 // catch-up feed reads (replay or snapshot pages) running now
+	CatchUpsWaiting int64 // catch-up feed reads waiting for a slot now (MaxCatchUps, MaxCatchUpsPerPrincipal)
+	CatchUpsQueued  int64 // catch-up feed reads that had to wait for a slot, since start
 }
 
 // Stats returns the engine's counters.
@@ -70,5 +78,9 @@ func (e *Engine) Stats() Stats {
 
 		RevocationsPublished: s.revocationsPublished.Load(),
 		RevocationsReceived:  s.revocationsReceived.Load(),
+
+		CatchUpsRunning: s.catchUpsRunning.Load(),
+		CatchUpsWaiting: s.catchUpsWaiting.Load(),
+		CatchUpsQueued:  s.catchUpsQueued.Load(),
 	}
 }
