@@ -165,6 +165,7 @@ func (f *Feed) watchOnce(ctx context.Context, last *uint64, deliver func(feed.Re
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{f.n.revocations().channel}.Sanitize()); err != nil {
 		return err
 	}
+	f.revWatchPID.Store(conn.PgConn().PID())
 	connected()
 	for {
 		// Read first: what was stored before LISTEN took effect is read here.
