@@ -103,8 +103,11 @@ type Keyring struct {
 	keys atomic.Pointer[keyset] // replaced whole on Rotate and Retire
 	mu   sync.Mutex             // serializes Rotate and Retire
 
+	last atomic.Int64 // the latest issue or revocation time handed out, Unix ns (see stamp)
+
 	revMu   sync.RWMutex
-	revoked map[string]int64 // principal id → unix second of its revocation
+	revoked map[string]int64                 // principal id → its latest revocation, Unix ns
+	hooks   map[*int]func(string, time.Time) // OnRevoke callbacks
 }
 
 // keyset is an immutable set of keys.
@@ -123,6 +126,7 @@ func NewKeyring(cfg KeyringConfig) (*Keyring, error) {
 		maxBytes:    cfg.MaxTokenBytes,
 		maxLifetime: cfg.MaxLifetime,
 		revoked:     map[string]int64{},
+		hooks:       map[*int]func(string, time.Time){},
 	}
 	if k.now == nil {
 		k.now = time.Now
@@ -206,6 +210,9 @@ func (k *Keyring) Retire(id string) error {
 // not be anonymous, t.Expiry must be after t.IssuedAt (zero: now) and
 // NotBefore, and the lifetime at most MaxLifetime.
 func (k *Keyring) Sign(t Token) (string, error) {
+	if t.IssuedAt.IsZero() {
+		t.IssuedAt = k.stamp(time.Time{})
+	}
 	p, err := newPayload(t, k.now())
 	if err != nil {
 		return "", err
@@ -225,8 +232,12 @@ func (k *Keyring) Sign(t Token) (string, error) {
 
 // Mint signs a token for p valid from now for ttl and returns it with its
 // content (whose Expiry tells the client when to refresh).
+//
+// Its issue time comes after every revocation this keyring has recorded
+// (made here or applied with RevokePrincipalAt), so a token minted after a
+// revocation is never taken for one it revoked, however close the two are.
 func (k *Keyring) Mint(p Principal, ttl time.Duration) (string, Token, error) {
-	now := k.now()
+	now := k.stamp(time.Time{})
 	t := Token{Principal: p, IssuedAt: now, Expiry: now.Add(ttl)}
 	tok, err := k.Sign(t)
 	if err != nil {
@@ -275,7 +286,7 @@ func (k *Keyring) Parse(tok string) (Token, error) {
 	k.revMu.RLock()
 	at, revoked := k.revoked[p.Sub]
 	k.revMu.RUnlock()
-	if revoked && p.Iat <= at {
+	if revoked && p.issuedNS() <= at {
 		return Token{}, fmt.Errorf("%w: issued before the principal's access was revoked", ErrTokenRevoked)
 	}
 	return p.token(kid), nil
@@ -292,20 +303,90 @@ func (k *Keyring) VerifyToken(_ context.Context, tok string) (Principal, time.Ti
 }
 
 // RevokePrincipal refuses, from now on, every token issued to the principal
-// with this id up to now (ErrTokenRevoked); tokens issued afterwards are
-// accepted, so stop issuing them first if the principal is to stay out.
-// core's Engine.Revoke calls it. The keyring remembers a revocation for
-// MaxLifetime, after which every token it covered has expired anyway.
-// Revocations are held in memory: with several nodes, revoke on each.
+// with this id up to now (ErrTokenRevoked); tokens issued afterwards, even
+// a nanosecond later, are accepted, so stop issuing them first if the
+// principal is to stay out. core's Engine.Revoke calls it. The keyring
+// remembers a revocation for MaxLifetime, after which every token it covered
+// has expired anyway.
+//
+// The functions registered with OnRevoke are called with the revocation, so
+// an engine can carry it to the other nodes of a cluster (core.Engine does
+// when its feed implements feed.Revocations); RevokePrincipalAt applies one
+// received from elsewhere without calling them.
 func (k *Keyring) RevokePrincipal(id string) {
-	now := k.now().Unix()
+	at := k.RevokePrincipalAt(id, time.Time{})
+	k.revMu.RLock()
+	hooks := make([]func(string, time.Time), 0, len(k.hooks))
+	for _, h := range k.hooks {
+		hooks = append(hooks, h)
+	}
+	k.revMu.RUnlock()
+	for _, h := range hooks {
+		h(id, at)
+	}
+}
+
+// RevokePrincipalAt refuses every token issued to the principal with this id
+// at or before at (zero: now), and returns the time recorded. A later
+// revocation of the same principal replaces an earlier one; an earlier one
+// is ignored. Tokens this keyring mints afterwards are issued after at. It
+// does not call the OnRevoke functions: it is how a revocation made on
+// another node is applied.
+func (k *Keyring) RevokePrincipalAt(id string, at time.Time) time.Time {
+	at = k.stamp(at)
+	ns := at.UnixNano()
 	k.revMu.Lock()
 	defer k.revMu.Unlock()
-	horizon := now - int64(k.maxLifetime/time.Second)
-	for p, at := range k.revoked {
-		if at < horizon {
+	horizon := k.now().Add(-k.maxLifetime).UnixNano()
+	for p, t := range k.revoked {
+		if t < horizon {
 			delete(k.revoked, p)
 		}
 	}
-	k.revoked[id] = now
+	if ns > k.revoked[id] {
+		k.revoked[id] = ns
+	}
+	return at
+}
+
+// OnRevoke registers fn to be called, on the goroutine of the call, after
+// each RevokePrincipal with the principal's id and the revocation's time.
+// It returns a function that unregisters fn.
+func (k *Keyring) OnRevoke(fn func(principalID string, at time.Time)) (cancel func()) {
+	key := new(int)
+	k.revMu.Lock()
+	k.hooks[key] = fn
+	k.revMu.Unlock()
+	return func() {
+		k.revMu.Lock()
+		delete(k.hooks, key)
+		k.revMu.Unlock()
+	}
+}
+
+// stamp returns a time for an issue or a revocation: at (zero: now), moved
+// just after the latest time stamp handed out before if it is not after it.
+// Issue and revocation times of one keyring so never collide, whatever the
+// clock's resolution (a fake clock that stands still included). A given at
+// that lies behind is kept as it is: a revocation applied from elsewhere
+// keeps its time.
+func (k *Keyring) stamp(at time.Time) time.Time {
+	given := !at.IsZero()
+	if !given {
+		at = k.now()
+	}
+	ns := at.UnixNano()
+	for {
+		last := k.last.Load()
+		next := ns
+		if !given && next <= last {
+			next = last + 1
+		}
+		if next <= last {
+			return at
+		}
+		if k.last.CompareAndSwap(last, next) {
+			return time.Unix(0, next)
+		}
+	}
 }

@@ -3,6 +3,8 @@ package authz_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -265,14 +267,113 @@ func TestRevokePrincipal(t *testing.T) {
 	if _, err := kr.Parse(alice); err != nil {
 		t.Fatalf("another principal: %v", err)
 	}
-	// Tokens issued in the second of the revocation are refused too; later
-	// ones (after a new login) are accepted.
-	if _, _, err := kr.Mint(authz.Principal{ID: "mallory"}, time.Minute); codeOf(err) != authz.CodeTokenRevoked {
-		t.Fatalf("minted in the revocation's second: %v", err)
-	}
-	clk.Advance(time.Second)
+	// A token minted right after the revocation, even on a clock that has
+	// not moved, is accepted: issue times are compared in nanoseconds.
 	if _, _, err := kr.Mint(authz.Principal{ID: "mallory"}, time.Minute); err != nil {
-		t.Fatalf("after the revocation: %v", err)
+		t.Fatalf("minted right after the revocation: %v", err)
+	}
+}
+
+// resign re-encodes a token's payload after edit and signs it with key, as a
+// build that knew other fields (or fewer) would have.
+func resign(t *testing.T, key authz.Key, tok string, edit func(map[string]any)) string {
+	t.Helper()
+	parts := strings.Split(tamper(t, tok, edit), ".")
+	m := hmac.New(sha256.New, key.Secret)
+	m.Write([]byte(strings.Join(parts[:3], ".")))
+	parts[3] = base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	return strings.Join(parts, ".")
+}
+
+// TestRevocationPrecision: a revocation refuses exactly the tokens issued at
+// or before it, to the nanosecond, whether it was made here or applied from
+// another node, and a token minted after it is accepted however close the
+// two are (the token endpoint never answers token_revoked for a new login).
+func TestRevocationPrecision(t *testing.T) {
+	key := testKey("k1", 1)
+	alice := authz.Principal{ID: "alice"}
+	cases := []struct {
+		name string
+		// before runs before the revocation, after between it and the
+		// check; both may move the clock.
+		before, after time.Duration
+		remote        bool // applied with RevokePrincipalAt at the revocation's time
+		mintBefore    bool // the checked token was minted before the revocation
+		legacy        bool // the checked token has no iat_ns (an older build's)
+		want          authz.TokenCode
+	}{
+		{name: "minted on a clock standing still", want: ""},
+		{name: "minted 1 ns later", after: time.Nanosecond, want: ""},
+		{name: "minted 1 ms later", after: time.Millisecond, want: ""},
+		{name: "minted 999 ms later", after: 999 * time.Millisecond, want: ""},
+		{name: "minted before, same instant", mintBefore: true, want: authz.CodeTokenRevoked},
+		{name: "minted 1 ns before", mintBefore: true, before: time.Nanosecond, want: authz.CodeTokenRevoked},
+		{name: "minted 1 s before", mintBefore: true, before: time.Second, want: authz.CodeTokenRevoked},
+		{name: "remote: minted after", remote: true, after: time.Millisecond, want: ""},
+		{name: "remote: minted on a clock standing still", remote: true, want: ""},
+		{name: "remote: minted before", remote: true, mintBefore: true, before: time.Millisecond, want: authz.CodeTokenRevoked},
+		{name: "legacy token of the revocation's second", legacy: true, mintBefore: true, before: time.Millisecond, want: authz.CodeTokenRevoked},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			clk.Advance(500 * time.Millisecond) // mid-second
+			kr := newKeyring(t, clk, key)
+			var tok string
+			if tc.mintBefore {
+				tok, _, _ = kr.Mint(alice, time.Hour)
+				clk.Advance(tc.before)
+			}
+			if tc.remote {
+				// Another node revoked at this instant; this keyring applies it.
+				other := newKeyring(t, clk, key)
+				at := other.RevokePrincipalAt("alice", time.Time{})
+				kr.RevokePrincipalAt("alice", at)
+			} else {
+				kr.RevokePrincipal("alice")
+			}
+			clk.Advance(tc.after)
+			if !tc.mintBefore {
+				var err error
+				tok, _, err = kr.Mint(alice, time.Hour)
+				if err != nil {
+					t.Fatalf("Mint: %v", err)
+				}
+			}
+			if tc.legacy {
+				tok = resign(t, key, tok, func(m map[string]any) { delete(m, "iat_ns") })
+			}
+			_, err := kr.Parse(tok)
+			if got := codeOf(err); got != tc.want {
+				t.Fatalf("Parse: %v (code %q), want code %q", err, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRevokeHooks: RevokePrincipal calls the OnRevoke functions with the
+// revocation's time; RevokePrincipalAt does not, and an older revocation
+// never replaces a newer one.
+func TestRevokeHooks(t *testing.T) {
+	clk := newClock()
+	kr := newKeyring(t, clk, testKey("k1", 1))
+	var got []string
+	var at time.Time
+	cancel := kr.OnRevoke(func(id string, t time.Time) { got = append(got, id); at = t })
+	kr.RevokePrincipal("alice")
+	kr.RevokePrincipalAt("bob", time.Time{})
+	if strings.Join(got, ",") != "alice" || at.IsZero() {
+		t.Fatalf("hooks saw %v at %v", got, at)
+	}
+	tok, _ := kr.Sign(authz.Token{Principal: authz.Principal{ID: "alice"}, IssuedAt: at.Add(time.Nanosecond), Expiry: at.Add(time.Hour)})
+	kr.RevokePrincipalAt("alice", at.Add(-time.Second)) // older: ignored
+	if _, err := kr.Parse(tok); err != nil {
+		t.Fatalf("an older revocation replaced a newer one: %v", err)
+	}
+	cancel()
+	kr.RevokePrincipal("carol")
+	if len(got) != 1 {
+		t.Fatalf("a cancelled hook ran: %v", got)
 	}
 }
 

@@ -65,6 +65,21 @@ type Config struct {
 	// connection is closed with 1013. Zero value means 32.
 	MaxDrops int
 
+	// MaxCatchUps bounds the catch-up reads of the feed (replay and
+	// snapshot pages, for sockets and polls) running at once on this node;
+	// more wait their turn, none is refused (Stats.CatchUpsQueued counts
+	// those that waited). Replays served from the engine's memory of recent
+	// changes take no slot. Keep it below the feed's connection pool size,
+	// so live tailing and writes always find a connection. Zero value
+	// means 16.
+	MaxCatchUps int
+	// MaxCatchUpsPerPrincipal bounds the catch-up reads of one principal
+	// (all its connections and subscriptions) running at once, so one user
+	// opening many subscriptions cannot take every slot of MaxCatchUps: the
+	// others' catch-ups go on meanwhile. The anonymous principal has only
+	// MaxCatchUps. Zero value means 4; it is capped at MaxCatchUps.
+	MaxCatchUpsPerPrincipal int
+
 	// MaxFrameBytes bounds a client frame. Zero value means 64 KiB.
 	MaxFrameBytes int
 	// MaxSubscriptions bounds the subscriptions of one connection. Zero
@@ -137,6 +152,9 @@ func (c Config) withDefaults() Config {
 	setInt(&c.SendBuffer, 1<<20)
 	setInt(&c.MaxDrops, 32)
 	setInt(&c.ReplayCache, 16384)
+	setInt(&c.MaxCatchUps, 16)
+	setInt(&c.MaxCatchUpsPerPrincipal, 4)
+	c.MaxCatchUpsPerPrincipal = min(c.MaxCatchUpsPerPrincipal, c.MaxCatchUps)
 	setInt(&c.MaxFrameBytes, 64<<10)
 	setInt(&c.MaxSubscriptions, 256)
 	setInt(&c.MaxConditions, 8)
@@ -170,6 +188,8 @@ func (c Config) validate() error {
 	positive("SendBuffer", c.SendBuffer)
 	positive("MaxDrops", c.MaxDrops)
 	positive("ReplayCache", c.ReplayCache)
+	positive("MaxCatchUps", c.MaxCatchUps)
+	positive("MaxCatchUpsPerPrincipal", c.MaxCatchUpsPerPrincipal)
 	positive("MaxFrameBytes", c.MaxFrameBytes)
 	positive("MaxSubscriptions", c.MaxSubscriptions)
 	positive("MaxConditions", c.MaxConditions)

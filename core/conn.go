@@ -153,6 +153,9 @@ func (c *conn) verifyToken(token string) (authz.Principal, time.Time, *protocol.
 	}
 	ctx, cancel := context.WithTimeout(c.e.ctx, 10*time.Second)
 	defer cancel()
+	if err := c.e.revs.await(ctx); err != nil {
+		return authz.Anonymous, time.Time{}, err
+	}
 	p, expiry, err := v.VerifyToken(ctx, token)
 	if err != nil {
 		return authz.Anonymous, time.Time{}, protocol.Errorf(protocol.CodeUnauthenticated, "invalid token: %v", err)

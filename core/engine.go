@@ -29,6 +29,8 @@ type Engine struct {
 	heads  headBatcher
 	cache  replayCache     // recent changes and shared feed reads, for catch-up
 	auth   *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
+	revs   *revSync        // revocations to and from the other nodes (revsync.go)
+	limits *catchUpLimiter // concurrent catch-up reads (catchuplimit.go)
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
 
@@ -72,6 +74,8 @@ func New(cfg Config) (*Engine, error) {
 	e.cache = newReplayCache(cfg.ReplayCache)
 	e.hub = newHub(e)
 	e.auth = newTokenTimers(ctx, cfg.Clock)
+	e.revs = newRevSync(e)
+	e.limits = newCatchUpLimiter(cfg.MaxCatchUps, cfg.MaxCatchUpsPerPrincipal)
 	return e, nil
 }
 
@@ -119,9 +123,10 @@ func (e *Engine) start() bool {
 	if !e.started {
 		e.started = true
 		e.stats.tailStarts.Add(1)
-		e.wg.Add(2)
+		e.wg.Add(3)
 		go e.tailLoop()
 		go e.pingLoop()
+		go e.revs.start()
 	}
 	return true
 }

@@ -85,6 +85,11 @@ func (pg *page) frame(header []byte) []byte {
 // replayPage reads the next page of the changes of sc in (after, until]:
 // at most limit changes, and where to continue (pg.next, pg.done).
 func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after, until feed.Position, limit int) (page, error) {
+	release, err := e.acquireCatchUp(ctx, p)
+	if err != nil {
+		return page{}, err
+	}
+	defer release()
 	sl, err := e.sharedReplay(ctx, feed.ReplayQuery{Scope: sc, After: after, Until: until, Limit: limit})
 	if err != nil {
 		return page{}, err
@@ -101,6 +106,11 @@ func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal,
 // snapshotPage reads up to limit current rows of sc with keys after the
 // given one.
 func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int) (page, error) {
+	release, err := e.acquireCatchUp(ctx, p)
+	if err != nil {
+		return page{}, err
+	}
+	defer release()
 	sp, err := e.sharedSnapshot(ctx, feed.SnapshotQuery{Scope: sc, After: after, HasAfter: hasAfter, Limit: limit})
 	if err != nil {
 		return page{}, err

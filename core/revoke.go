@@ -3,8 +3,10 @@ package core
 import (
 	"context"
 	"reflect"
+	"time"
 
 	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
 )
 
@@ -12,21 +14,41 @@ import (
 // gets an error frame "unauthenticated" ("access revoked") and a close with
 // 1008, and nothing of its subscriptions is written after Revoke returns,
 // not even frames already queued (a frame the socket is writing at that
-// moment still completes). It returns the number of connections ended.
+// moment still completes). It returns the number of connections it ended
+// on this node.
 //
 // If the engine's token verifier implements TokenRevoker (authz.Keyring
 // does), the principal's tokens issued until now are refused from now on,
-// so a client cannot come back with the token it holds. A cookie session is
-// the app's: invalidate it before calling Revoke, or the client reconnects
-// with it. Revoke acts on this engine only; with several nodes, call it on
-// each. An empty id (anonymous) is ignored. Safe for concurrent use.
+// so a client cannot come back with the token it holds; tokens minted
+// afterwards work at once. A cookie session is the app's: invalidate it
+// before calling Revoke, or the client reconnects with it.
+//
+// When the feed (or the bus) implements feed.Revocations, as the Postgres
+// and in-memory feeds do, the revocation is stored and reaches every other
+// node through it: each refuses the tokens and ends the principal's
+// connections within the feed's delivery bound (with the Postgres feed, a
+// NOTIFY round trip, at most Options.PollInterval if a notification is
+// lost), and a node started later refuses the tokens too. Revoke waits
+// until the revocation is stored (up to 5 s, then it keeps retrying in the
+// background and logs the failure). An empty id (anonymous) is ignored.
+// Safe for concurrent use.
 func (e *Engine) Revoke(principalID string) int {
 	if principalID == "" {
 		return 0
 	}
-	if r, ok := e.cfg.Tokens.(TokenRevoker); ok {
+	var at time.Time
+	if a, ok := e.cfg.Tokens.(revocationApplier); ok {
+		at = a.RevokePrincipalAt(principalID, time.Time{})
+	} else if r, ok := e.cfg.Tokens.(TokenRevoker); ok {
 		r.RevokePrincipal(principalID)
 	}
+	n := e.revokeLocal(principalID)
+	e.revs.publish(feed.Revocation{Kind: feed.RevokeAccess, Principal: principalID, At: at})
+	return n
+}
+
+// revokeLocal ends the principal's connections on this node.
+func (e *Engine) revokeLocal(principalID string) int {
 	// A hello verifying a token right now may not be visible to the scan
 	// below; it sees the count change and verifies its token again.
 	e.auth.revokes.Add(1)
@@ -42,14 +64,25 @@ func (e *Engine) Revoke(principalID string) int {
 // token's claims and grants count) and ends each one that is now denied with
 // an error frame carrying the subscription's id: "forbidden" or
 // "unauthenticated", or "unavailable" if the policy failed (tide fails
-// closed; the client retries with backoff). Connections stay open.
+// closed; the client retries with backoff). Connections stay open. What a
+// policy reads is what it reads now (the app's tables, say), with the
+// principal of each connection: the claims and grants of its latest token,
+// or, for a cookie principal, those the app gave at connect time.
 //
 // Policies run once per subscribe; call Reauthorize when data a policy
 // reads changes, such as a membership removed from the database. It blocks
-// while the policies run and returns the number of subscriptions ended; if
-// ctx ends first it returns ctx's error, leaving the subscriptions not yet
-// checked as they were. An empty id re-checks anonymous connections.
+// while the policies of this node run and returns the number of
+// subscriptions it ended here; if ctx ends first it returns ctx's error,
+// leaving the subscriptions not yet checked as they were. When the feed
+// implements feed.Revocations the other nodes re-check theirs too, within
+// the same bound as Revoke. An empty id re-checks anonymous connections.
 func (e *Engine) Reauthorize(ctx context.Context, principalID string) (int, error) {
+	e.revs.publish(feed.Revocation{Kind: feed.Reauthorize, Principal: principalID})
+	return e.reauthorizeLocal(ctx, principalID)
+}
+
+// reauthorizeLocal re-checks the principal's subscriptions on this node.
+func (e *Engine) reauthorizeLocal(ctx context.Context, principalID string) (int, error) {
 	ended := 0
 	for _, c := range e.connsOf(principalID) {
 		n, err := c.reauthorize(ctx)

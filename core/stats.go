@@ -21,6 +21,13 @@ type counters struct {
 
 	mutationsApplied  atomic.Int64
 	mutationsRejected atomic.Int64
+
+	revocationsPublished atomic.Int64
+	revocationsReceived  atomic.Int64
+
+	catchUpsRunning atomic.Int64
+	catchUpsWaiting atomic.Int64
+	catchUpsQueued  atomic.Int64
 }
 
 // Stats is a snapshot of an engine's counters.
@@ -40,6 +47,13 @@ type Stats struct {
 
 	MutationsApplied  int64 // mutations acknowledged (replayed keys included)
 	MutationsRejected int64 // mutations rejected
+
+	RevocationsPublished int64 // revocations and re-authorizations stored for the other nodes
+	RevocationsReceived  int64 // revocations and re-authorizations of other nodes applied here
+
+	CatchUpsRunning int64 // catch-up feed reads (replay or snapshot pages) running now
+	CatchUpsWaiting int64 // catch-up feed reads waiting for a slot now (MaxCatchUps, MaxCatchUpsPerPrincipal)
+	CatchUpsQueued  int64 // catch-up feed reads that had to wait for a slot, since start
 }
 
 // Stats returns the engine's counters.
@@ -61,5 +75,12 @@ func (e *Engine) Stats() Stats {
 
 		MutationsApplied:  s.mutationsApplied.Load(),
 		MutationsRejected: s.mutationsRejected.Load(),
+
+		RevocationsPublished: s.revocationsPublished.Load(),
+		RevocationsReceived:  s.revocationsReceived.Load(),
+
+		CatchUpsRunning: s.catchUpsRunning.Load(),
+		CatchUpsWaiting: s.catchUpsWaiting.Load(),
+		CatchUpsQueued:  s.catchUpsQueued.Load(),
 	}
 }

@@ -27,7 +27,11 @@ import (
 //   - an upsert of a visible row is sent as is;
 //   - an upsert of a row the principal may not see is sent as a delete, since
 //     the subscriber may hold an older, visible version of it; the delete
-//     carries no origin, so even the writer's own client drops the row;
+//     carries no origin, so even the writer's own client drops the row.
+//     When the feed recorded the previous version (Change.PrevKnown), the
+//     delete goes only to those who may see that version: a row hidden
+//     from a subscriber before and after, or new and hidden, sends nothing,
+//     so its key never reaches a subscriber that never saw the row;
 //   - a delete is sent if the deleted (old) row was visible, or if the feed
 //     did not say what it was; otherwise the subscriber never had it.
 //
@@ -65,6 +69,11 @@ func (r *resource) see(p authz.Principal, c *feed.Change, enc *entryBytes, snaps
 		return enc.upsert
 	case c.Op == feed.OpUpsert && snapshot:
 		return nil
+	case c.Op == feed.OpUpsert && c.PrevKnown:
+		if r.filter.checkPrev(p, c, &enc.view) {
+			return enc.view.hiddenDelete(c)
+		}
+		return nil // it never saw the row: not even its key
 	case c.Op == feed.OpUpsert || !known:
 		return enc.view.hiddenDelete(c)
 	case visible:
@@ -82,6 +91,9 @@ type rowView struct {
 	decoded bool
 	row     any // the decoded row; nil if the change has none or it did not decode
 	hidden  []byte
+
+	prevDecoded bool
+	prev        any // the decoded previous row (Change.Prev); nil if none or it did not decode
 }
 
 func (v *rowView) hiddenDelete(c *feed.Change) []byte {
@@ -111,6 +123,26 @@ func (f *rowFilter) check(p authz.Principal, c *feed.Change, v *rowView) (visibl
 		return false, false
 	}
 	return f.call(p, v.row), true
+}
+
+// checkPrev reports whether p may have seen the change's previous version
+// (Change.Prev, which the caller knows the feed recorded). No previous row:
+// false. A previous row that does not decode counts as seen, so the
+// subscriber drops whatever it may hold.
+func (f *rowFilter) checkPrev(p authz.Principal, c *feed.Change, v *rowView) bool {
+	if len(c.Prev) == 0 {
+		return false
+	}
+	if !v.prevDecoded {
+		v.prevDecoded = true
+		if row, err := f.decode(c.Prev); err == nil {
+			v.prev = row
+		}
+	}
+	if v.prev == nil {
+		return true
+	}
+	return f.call(p, v.prev)
 }
 
 // call runs the filter; a panic hides the row (and is logged, sparsely).

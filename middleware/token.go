@@ -79,7 +79,7 @@ func (h *tokenHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := json.Marshal(TokenResponse{
 		Token:     tok,
 		ExpiresAt: t.Expiry.UTC(),
-		ExpiresIn: int(t.Expiry.Sub(t.IssuedAt) / time.Second),
+		ExpiresIn: int(t.Expiry.Sub(t.IssuedAt.Truncate(time.Second)) / time.Second), // exp − iat, both whole seconds
 	})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

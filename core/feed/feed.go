@@ -45,6 +45,18 @@ type Change struct {
 	// sent to clients without it.
 	Row    json.RawMessage
 	Origin string // origin of the writer, "" if none was set
+
+	// PrevKnown, on an upsert, says the feed recorded what the row was in
+	// this scope just before it: Prev, the previous row as a JSON object
+	// like Row, or nil if the row did not exist in this scope (an insert,
+	// or the upsert half of a move between scopes). Row filters read it:
+	// an upsert a subscriber may not see becomes a delete only for the
+	// subscribers who may have seen the previous version, so the key of a
+	// row hidden from a subscriber all along never reaches it. A feed that
+	// does not record it leaves PrevKnown false, and such an upsert is a
+	// delete for every subscriber it is hidden from.
+	PrevKnown bool
+	Prev      json.RawMessage
 }
 
 // Mutation is one write of a Writer.

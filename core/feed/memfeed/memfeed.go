@@ -46,7 +46,8 @@ type Feed struct {
 	tables map[string]map[string]*row // resource → key → current row
 	wake   chan struct{}              // closed and replaced after every commit
 
-	keys keyring // idempotency keys of mutations (transact.go)
+	keys keyring     // idempotency keys of mutations (transact.go)
+	revs revocations // revocation.go
 }
 
 // row is the current state of one row.
@@ -201,11 +202,14 @@ func (f *Feed) apply(origin string, m feed.Mutation) {
 			table = make(map[string]*row)
 			f.tables[res] = table
 		}
+		var prev json.RawMessage // the row before, in the new scope
 		if old != nil && !slices.Equal(old.scope, m.Scope) {
 			f.append(feed.Change{Resource: res, Op: feed.OpDelete, Key: m.Key, Scope: old.scope, Row: old.data, Origin: origin})
+		} else if old != nil {
+			prev = old.data
 		}
 		table[m.Key] = &row{scope: m.Scope, data: m.Row}
-		f.append(feed.Change{Resource: res, Op: feed.OpUpsert, Key: m.Key, Scope: m.Scope, Row: m.Row, Origin: origin})
+		f.append(feed.Change{Resource: res, Op: feed.OpUpsert, Key: m.Key, Scope: m.Scope, Row: m.Row, Origin: origin, PrevKnown: true, Prev: prev})
 	case feed.OpDelete:
 		if old == nil {
 			return

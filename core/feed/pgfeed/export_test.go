@@ -35,6 +35,13 @@ func (f *Feed) SnapshotSQL(ctx context.Context, q feed.SnapshotQuery) (string, [
 // the first connection.
 func (f *Feed) ListenerPID() uint32 { return f.listenerPID.Load() }
 
+// RevocationWatcherPID returns the backend PID of the latest revocation
+// watcher's connection (0 before one connected).
+func (f *Feed) RevocationWatcherPID() uint32 { return f.revWatchPID.Load() }
+
+// RevocationsTable returns the qualified name of the revocation table.
+func (f *Feed) RevocationsTable() string { return f.n.revocations().table }
+
 // SequencerPID returns the backend pid of the sequencer's connection while
 // this feed holds the role, 0 otherwise.
 func (f *Feed) SequencerPID() uint32 { return f.sequencerPID.Load() }

@@ -148,6 +148,9 @@ $tide$`,
 			`CREATE INDEX mutation_keys_made_at ON ` + n.keys + ` (made_at)`,
 		}
 	}},
+	// Version 4: revocations, stored for the nodes that start later and
+	// announced with NOTIFY (see PublishRevocation).
+	{4, revocationMigration},
 }
 
 // lockArgs renders the two keys of an advisory lock as SQL arguments.

@@ -150,6 +150,8 @@ type Feed struct {
 	polls         atomic.Int64
 	onConnect     func() // test hook, called after each LISTEN
 
+	revWatchPID atomic.Uint32 // backend of the latest revocation watcher, for tests
+
 	// sequencer state, for tests and Stats.
 	sequencing     atomic.Bool
 	sequencerPID   atomic.Uint32

@@ -53,6 +53,9 @@ func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
 	if err := f.pruneKeys(ctx); err != nil {
 		return 0, err
 	}
+	if err := f.pruneRevocations(ctx); err != nil {
+		return 0, err
+	}
 	return f.PruneThrough(ctx, feed.Position(through))
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -62,6 +63,7 @@ type node struct {
 	engine *core.Engine
 	rep    *replicator.Replicator
 	url    string
+	kr     *authz.Keyring // the node's keyring: every node's has the same key
 }
 
 // cluster is several nodes on one database (one tide schema) and, for the
@@ -73,6 +75,9 @@ type cluster struct {
 	schema string // the feed's schema
 	prefix string // NATS subject prefix
 	nodes  []*node
+
+	cc      clusterConfig
+	natsURL string
 }
 
 type clusterConfig struct {
@@ -83,6 +88,18 @@ type clusterConfig struct {
 	nats  natsbus.Options   // Prefix and Logger are set by newCluster
 	// wrap, if set, wraps each node's NATS bus as its engine sees it.
 	wrap func(*natsbus.Bus) feed.Bus
+}
+
+// clusterKey signs the tokens of every node.
+var clusterKey = authz.Key{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
+
+// userHeader is the cookie principal of these tests: the X-User header
+// (anonymous without it).
+func userHeader(r *http.Request) (authz.Principal, error) {
+	if u := r.Header.Get("X-User"); u != "" {
+		return authz.Principal{ID: u}, nil
+	}
+	return authz.Anonymous, nil
 }
 
 func testCtx(t testing.TB, d time.Duration) context.Context {
@@ -111,75 +128,90 @@ func newCluster(t testing.TB, cc clusterConfig) *cluster {
 		natsURL = testenv.NATSURL(t)
 		t.Cleanup(func() { c.deleteStream(natsURL) })
 	}
-	quiet := slog.New(slog.DiscardHandler)
-	for i := range cc.nodes {
-		pool, err := pgxpool.NewWithConfig(ctx, admin.Config()) // same search_path
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := &node{i: i, pool: pool}
-		fo := cc.feed
-		fo.Schema, fo.Logger = c.schema, quiet
-		f, err := pgfeed.New(pool, fo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.feed = f
-		var bus feed.Bus
-		var pub replicator.Publisher
-		if cc.kind == busNATS {
-			n.nc, err = nats.Connect(natsURL, nats.Name(fmt.Sprintf("tide-test node %d", i)), nats.MaxReconnects(-1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			no := cc.nats
-			no.Prefix, no.Logger = c.prefix, quiet
-			n.bus, err = natsbus.New(ctx, n.nc, f, no)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bus, pub = n.bus, n.bus
-			if cc.wrap != nil {
-				bus = cc.wrap(n.bus)
-			}
-		}
-		e, err := core.New(core.Config{Feed: f, Bus: bus, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.engine = e
-		if _, err := core.Register(e, core.Resource[item]{Name: "items", Table: "items", Authorize: authz.Allow}); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Migrate(ctx, e.Schemas()...); err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(middleware.Handler(e))
-		n.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"
-		rc := cc.rep
-		rc.Feed, rc.Pool, rc.Publisher, rc.Logger = f, pool, pub, quiet
-		n.rep, err = replicator.New(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			n.rep.Close()
-			if err := e.Shutdown(sctx); err != nil {
-				t.Errorf("node %d: engine Shutdown: %v", i, err)
-			}
-			srv.Close()
-			if n.bus != nil {
-				n.bus.Close()
-				n.nc.Close()
-			}
-			f.Close()
-			pool.Close()
-		})
-		c.nodes = append(c.nodes, n)
+	c.cc, c.natsURL = cc, natsURL
+	for range cc.nodes {
+		c.addNode()
 	}
 	return c
+}
+
+// addNode starts one more node on the cluster's database (and stream).
+func (c *cluster) addNode() *node {
+	t, cc, natsURL := c.t, c.cc, c.natsURL
+	ctx := testCtx(t, 60*time.Second)
+	admin := c.admin
+	quiet := slog.New(slog.DiscardHandler)
+	i := len(c.nodes)
+	pool, err := pgxpool.NewWithConfig(ctx, admin.Config()) // same search_path
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{i: i, pool: pool}
+	fo := cc.feed
+	fo.Schema, fo.Logger = c.schema, quiet
+	f, err := pgfeed.New(pool, fo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.feed = f
+	var bus feed.Bus
+	var pub replicator.Publisher
+	if cc.kind == busNATS {
+		n.nc, err = nats.Connect(natsURL, nats.Name(fmt.Sprintf("tide-test node %d", i)), nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		no := cc.nats
+		no.Prefix, no.Logger = c.prefix, quiet
+		n.bus, err = natsbus.New(ctx, n.nc, f, no)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bus, pub = n.bus, n.bus
+		if cc.wrap != nil {
+			bus = cc.wrap(n.bus)
+		}
+	}
+	n.kr, err = authz.NewKeyring(authz.KeyringConfig{Current: clusterKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := core.New(core.Config{Feed: f, Bus: bus, Logger: quiet, Tokens: n.kr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.engine = e
+	if _, err := core.Register(e, core.Resource[item]{Name: "items", Table: "items", Authorize: authz.Allow}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Migrate(ctx, e.Schemas()...); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(userHeader)))
+	n.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"
+	rc := cc.rep
+	rc.Feed, rc.Pool, rc.Publisher, rc.Logger = f, pool, pub, quiet
+	n.rep, err = replicator.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n.rep.Close()
+		if err := e.Shutdown(sctx); err != nil {
+			t.Errorf("node %d: engine Shutdown: %v", i, err)
+		}
+		srv.Close()
+		if n.bus != nil {
+			n.bus.Close()
+			n.nc.Close()
+		}
+		f.Close()
+		pool.Close()
+	})
+	c.nodes = append(c.nodes, n)
+	return n
 }
 
 func (c *cluster) deleteStream(url string) {

@@ -1,0 +1,216 @@
+package core_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/middleware"
+)
+
+// TestHiddenKeysProperty: with a row filter and random owner, privacy and
+// scope changes, no subscriber ever receives an entry (upsert or delete)
+// for a key whose versions were all invisible to it, whether it is live
+// from the start, catches up mid-way (snapshot, then replay) or resumes
+// from a cursor (replay); and every copy converges to the rows it may see.
+// Keys "h…" are private to mallory throughout; the others change at random.
+func TestHiddenKeysProperty(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { testHiddenKeys(t, seed) })
+	}
+}
+
+func testHiddenKeys(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 16))
+	e, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	visible := func(p string, r ownTodo) bool { return !r.Private || r.Owner == p }
+	tbl, err := core.Register(e, core.Resource[ownTodo]{Table: "todos", Authorize: projects,
+		Filter: func(p authz.Principal, r *ownTodo) bool { return visible(p.ID, *r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	t.Cleanup(func() {
+		_ = e.Shutdown(context.Background())
+		ts.Close()
+	})
+	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
+	ctx := context.Background()
+
+	type sub struct {
+		user     string
+		id       string
+		projects []string
+		conn     *wsClient
+		cursor   string
+		rows     map[string]ownTodo
+	}
+	conds := func(ps []string) map[string]any {
+		if len(ps) == 1 {
+			return project(ps[0])
+		}
+		return map[string]any{"project_id": map[string]any{"in": ps}}
+	}
+	users := []string{"alice", "bob", "carol"}
+	var subs []*sub
+	conns := map[string]*wsClient{}
+	for _, u := range users {
+		c := dialAt(t, url, u, "p7", "p8")
+		c.hello()
+		conns[u] = c
+	}
+	start := func(u, id string, ps []string, cursor string) *sub {
+		s := &sub{user: u, id: id, projects: ps, conn: conns[u], rows: map[string]ownTodo{}}
+		s.conn.SubscribeFrom(id, "todos", conds(ps), cursor)
+		subs = append(subs, s)
+		return s
+	}
+	// everVisible[user][key]: some version of key, in the user's scope, was
+	// visible to the user. Scopes here are p7 or p7+p8, tracked per project.
+	everVisible := map[string]map[string]bool{} // user/project → keys
+	model := map[string]ownTodo{}
+	write := func(r ownTodo) {
+		t.Helper()
+		if err := tbl.Upsert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		model[r.ID] = r
+		for _, u := range users {
+			if visible(u, r) {
+				k := u + "/" + r.ProjectID
+				if everVisible[k] == nil {
+					everVisible[k] = map[string]bool{}
+				}
+				everVisible[k][r.ID] = true
+			}
+		}
+	}
+	for _, u := range users {
+		start(u, "live", []string{"p7"}, "")
+		start(u, "both", []string{"p7", "p8"}, "")
+	}
+	// A cursor from before any write, to resume from later.
+	for _, u := range users {
+		for range 2 {
+			f := conns[u].Expect(protocol.FrameCaughtUp)
+			for _, s := range subs {
+				if s.user == u && s.id == f.ID {
+					s.cursor = f.Cursor
+				}
+			}
+		}
+	}
+	randomRow := func() ownTodo {
+		var r ownTodo
+		if rng.IntN(4) == 0 {
+			r = ownTodo{ID: fmt.Sprintf("h%d", rng.IntN(4)), Owner: "mallory", Private: true}
+		} else {
+			r = ownTodo{ID: fmt.Sprintf("k%d", rng.IntN(8)), Owner: users[rng.IntN(len(users))], Private: rng.IntN(2) == 0}
+		}
+		r.ProjectID = []string{"p7", "p8"}[rng.IntN(2)]
+		return r
+	}
+	const ops = 300
+	for i := range ops {
+		if i == ops/2 {
+			for _, u := range users {
+				start(u, "late", []string{"p7"}, "")
+				start(u, "resumed", []string{"p7"}, subs[slices.IndexFunc(subs, func(s *sub) bool { return s.user == u && s.id == "live" })].cursor)
+			}
+		}
+		if rng.IntN(5) == 0 && len(model) > 0 {
+			keys := make([]string, 0, len(model))
+			for k := range model {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			k := keys[rng.IntN(len(keys))]
+			if err := tbl.Delete(ctx, model[k]); err != nil {
+				t.Fatal(err)
+			}
+			delete(model, k)
+			continue
+		}
+		write(randomRow())
+	}
+	// Sentinels, visible to all, written last: once a subscription has
+	// them, it has everything before them.
+	write(ownTodo{ID: "zz7", ProjectID: "p7", Owner: "x"})
+	write(ownTodo{ID: "zz8", ProjectID: "p8", Owner: "x"})
+
+	for _, u := range users {
+		c := conns[u]
+		byID := map[string]*sub{}
+		for _, s := range subs {
+			if s.user == u {
+				byID[s.id] = s
+			}
+		}
+		done := func() bool {
+			for _, s := range byID {
+				for _, p := range s.projects {
+					if _, ok := s.rows["zz"+p[1:]]; !ok {
+						return false
+					}
+				}
+			}
+			return true
+		}
+		for !done() {
+			f := c.Next()
+			if f.Type != protocol.FrameChanges {
+				continue
+			}
+			s := byID[f.ID]
+			for _, en := range f.Entries {
+				seen := false
+				for _, p := range s.projects {
+					seen = seen || everVisible[u+"/"+p][en.Key]
+				}
+				if !seen {
+					t.Fatalf("%s/%s received %s of %s, whose versions were all invisible to it", u, s.id, en.Op, en.Key)
+				}
+				if en.Op == "delete" {
+					delete(s.rows, en.Key)
+					continue
+				}
+				var w struct {
+					ID        string `json:"id"`
+					ProjectID string `json:"project_id"`
+					Owner     string `json:"owner"`
+					Private   bool   `json:"private"`
+				}
+				if err := json.Unmarshal(en.Row, &w); err != nil {
+					t.Fatal(err)
+				}
+				r := ownTodo(w)
+				if !visible(u, r) {
+					t.Fatalf("%s/%s received a row it may not see: %s", u, s.id, en.Row)
+				}
+				s.rows[en.Key] = r
+			}
+		}
+		for _, s := range byID {
+			want := map[string]ownTodo{}
+			for k, r := range model {
+				if slices.Contains(s.projects, r.ProjectID) && visible(u, r) {
+					want[k] = r
+				}
+			}
+			if fmt.Sprint(want) != fmt.Sprint(s.rows) {
+				t.Fatalf("%s/%s holds %v, want %v", u, s.id, s.rows, want)
+			}
+		}
+	}
+}
