@@ -38,13 +38,15 @@ type TokenRevoker interface {
 
 // refreshLead is how long before its token expires a connection is asked for
 // a new one: a fifth of the token's remaining lifetime, but at least 30 s
-// (or all of it, if less is left), so a client has time to fetch a token
-// even over a slow network, without asking every few seconds.
+// (or half of it, if less than a minute is left), so a client has time to
+// fetch a token even over a slow network, without asking every few
+// seconds, and a short-lived token is not asked for again the moment it
+// arrives.
 func refreshLead(remaining time.Duration) time.Duration {
 	if remaining <= 0 {
 		return 0
 	}
-	return max(remaining/5, min(30*time.Second, remaining))
+	return max(remaining/5, min(30*time.Second, remaining/2))
 }
 
 // tokenTimers tracks the token expiry of every connection that has one, in

@@ -22,6 +22,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -87,7 +88,24 @@ func main() {
 // listens.
 func run(ctx context.Context, addr string, log *slog.Logger, ready func(url string)) error {
 
-	cfg := core.Config{Logger: log} // the in-memory feed, unless DATABASE_URL is set
+	// Channel tokens: the page fetches one from /tide/token with its session
+	// cookie and refreshes it before it expires. The key is made at boot;
+	// a real app keeps its keys (see docs/authorization.md).
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
+	kr, err := authz.NewKeyring(authz.KeyringConfig{Current: authz.Key{ID: "demo", Secret: secret}})
+	if err != nil {
+		return err
+	}
+	tokenTTL := middleware.DefaultTokenTTL
+	if s := os.Getenv("TIDE_DEMO_TOKEN_TTL"); s != "" { // short-lived tokens, for the browser tests
+		if tokenTTL, err = time.ParseDuration(s); err != nil {
+			return fmt.Errorf("TIDE_DEMO_TOKEN_TTL: %w", err)
+		}
+	}
+	cfg := core.Config{Logger: log, Tokens: kr} // the in-memory feed, unless DATABASE_URL is set
 	app := &app{idPrefix: "t"}
 	seed := true
 	if url := os.Getenv("DATABASE_URL"); url != "" {
@@ -136,7 +154,8 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 
 	// The one line: tide's routes in front of the app, with the app's notion
 	// of who the user is.
-	handler := middleware.Middleware(engine, middleware.WithPrincipal(sessionUser))(withSession(mux))
+	handler := middleware.Middleware(engine, middleware.WithPrincipal(sessionUser),
+		middleware.WithTokenEndpoint(kr), middleware.WithTokenTTL(tokenTTL))(withSession(mux))
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

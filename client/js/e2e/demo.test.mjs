@@ -21,6 +21,9 @@ const goBin = existsSync("/usr/local/go/bin/go") ? "/usr/local/go/bin/go" : "go"
 const bin = mkdtempSync(join(tmpdir(), "tide-e2e-"));
 const out = process.env.E2E_OUT || join(repo, "client/js/e2e/out");
 
+// Channel tokens live 12 s in these tests: the server asks for a fresh one
+// halfway, so a test that runs past 18 s has outlived several tokens.
+const tokenTTL = 12;
 let schema, server, url, browser;
 const pg = (...args) => execFileSync(join(bin, "pgtool"), args, { encoding: "utf8" }).trim();
 const sql = (q) => pg("query", schema, q).split("\n").filter(Boolean).map((l) => JSON.parse(l));
@@ -28,7 +31,7 @@ const sql = (q) => pg("query", schema, q).split("\n").filter(Boolean).map((l) =>
 async function startServer(addr = "127.0.0.1:0") {
   const u = new URL(dbURL);
   u.searchParams.set("search_path", schema);
-  const child = spawn(join(bin, "todo"), ["-addr", addr], { env: { ...process.env, DATABASE_URL: u.href, TIDE_FEED_SCHEMA: schema + "_tide" }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(join(bin, "todo"), ["-addr", addr], { env: { ...process.env, DATABASE_URL: u.href, TIDE_FEED_SCHEMA: schema + "_tide", TIDE_DEMO_TOKEN_TTL: tokenTTL + "s" }, stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   child.stderr.on("data", (d) => (log += d));
   const got = await new Promise((ok, fail) => {
@@ -215,4 +218,27 @@ test("offline: edits made with the server down survive a reload, land exactly on
   await board.screenshot({ path: shot, fullPage: true });
   await board.close();
   console.log("screenshot:", shot);
+});
+
+test("token expiry: the tab refreshes its token before each expires and stays live on one socket", { skip: !haveChrome }, async () => {
+  const ctx = await user("carol");
+  const sockets = [];
+  const p = await ctx.newPage();
+  p.on("websocket", (ws) => sockets.push(ws.url()));
+  await p.goto(url + "?project=@carol");
+  await live(p);
+  await p.evaluate(() => (window.tideStates = [document.getElementById("status").dataset.state]));
+  const refreshes = () => p.evaluate(() => window.tideFrames.filter((f) => f.type === "refresh-token").length);
+  // Three refresh requests: the first token (12 s) has long expired by the third.
+  await p.waitForFunction(() => window.tideFrames.filter((f) => f.type === "refresh-token").length >= 3, null, { timeout: 4 * tokenTTL * 1000 });
+  // Still live on the same socket: a row added in another tab arrives.
+  const other = await tab(ctx, "@carol");
+  await live(other);
+  await add(other, "after three tokens");
+  await row(p, "after three tokens").waitFor(T);
+  await live(p);
+  assert.ok((await refreshes()) >= 3);
+  assert.deepEqual(await p.evaluate(() => window.tideStates), ["live"], "the tab's status left live during the refreshes");
+  assert.equal(sockets.length, 1, "the tab opened another socket: " + sockets.join(", "));
+  await ctx.close();
 });
