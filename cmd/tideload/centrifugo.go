@@ -497,30 +497,7 @@ func latencyCentrifugo(ctx context.Context, bin string, o latencyRun) (latencyRe
 	if derr != nil && ctx.Err() != nil {
 		return res, derr
 	}
-	lat := make([]int64, 0, expected)
-	upper := make([]int64, 0, expected)
-	var early, missing, dups int64
-	for _, c := range conns {
-		dups += c.dups.Load()
-		for i := c.i % o.scopes; i < total; i += o.scopes {
-			r := c.recv[i]
-			if r == 0 {
-				missing++
-				continue
-			}
-			d := r - done[i]
-			if d < 0 {
-				early++
-				d = 0
-			}
-			lat = append(lat, d)
-			upper = append(upper, r-sent[i])
-		}
-	}
-	call := make([]int64, total)
-	for i := range total {
-		call[i] = done[i] - sent[i]
-	}
+	lat, upper, call, early, missing, dups := arrivals(conns, o.scopes, total, expected, sent, done)
 	u := s1.to(s2)
 	res = latencyResult{Server: "centrifugo", N: o.n, Rate: o.rate, Duration: o.duration.Seconds(), Scopes: o.scopes,
 		Commits: total, CommitsPerS: float64(total) / writeEnd.Sub(start).Seconds(),

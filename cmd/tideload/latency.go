@@ -242,31 +242,7 @@ func latencyTide(ctx context.Context, o latencyRun) (latencyResult, error) {
 		return res, err
 	}
 
-	lat := make([]int64, 0, expected)
-	upper := make([]int64, 0, expected)
-	var early, missing, dups int64
-	for _, c := range conns {
-		dups += c.dups.Load()
-		s := c.i % *scopes
-		for i := s; i < total; i += *scopes {
-			r := c.recv[i]
-			if r == 0 {
-				missing++
-				continue
-			}
-			d := r - done[i]
-			if d < 0 {
-				early++
-				d = 0
-			}
-			lat = append(lat, d)
-			upper = append(upper, r-sent[i])
-		}
-	}
-	commit := make([]int64, total)
-	for i := range total {
-		commit[i] = done[i] - sent[i]
-	}
+	lat, upper, commit, early, missing, dups := arrivals(conns, *scopes, total, expected, sent, done)
 	u := s1.to(s2)
 	res = latencyResult{Server: "tide", N: *n, Rate: o.rate, Duration: o.duration.Seconds(), Scopes: *scopes, Auth: o.auth,
 		Commits: total, CommitsPerS: float64(total) / writeEnd.Sub(start).Seconds(),
@@ -334,4 +310,36 @@ func (r latencyResult) text() string {
 	}
 	fmt.Fprintf(&b, "  server: %d tail batches, %d notifications, %d poll wake-ups, %d live entries dropped\n", r.TailBatches, r.Notifications, r.Polls, r.Dropped)
 	return b.String()
+}
+
+// arrivals turns the fleet's arrival times into latencies: arrival − done
+// (the write returned; an arrival before it counts as 0, and as early),
+// arrival − sent (an upper bound), and done − sent per write. Connection i
+// subscribes to scope i % scopes, which write j goes to when j % scopes
+// matches.
+func arrivals(conns fleet, scopes, total int, expected int64, sent, done []int64) (lat, upper, call []int64, early, missing, dups int64) {
+	lat = make([]int64, 0, expected)
+	upper = make([]int64, 0, expected)
+	for _, c := range conns {
+		dups += c.dups.Load()
+		for i := c.i % scopes; i < total; i += scopes {
+			r := c.recv[i]
+			if r == 0 {
+				missing++
+				continue
+			}
+			d := r - done[i]
+			if d < 0 {
+				early++
+				d = 0
+			}
+			lat = append(lat, d)
+			upper = append(upper, r-sent[i])
+		}
+	}
+	call = make([]int64, total)
+	for i := range total {
+		call[i] = done[i] - sent[i]
+	}
+	return lat, upper, call, early, missing, dups
 }
