@@ -23,4 +23,31 @@
 //
 // The types here carry no Go-struct reflection; package core turns a user's
 // struct into a Schema and rows into JSON before they reach a feed.
+//
+// # The tree
+//
+// This package is the contract. Beside it: memfeed and pgfeed (the feeds),
+// feedtest (the conformance suite), natsbus (a Bus over NATS JetStream for
+// several nodes) and replicator (the one-per-database process that publishes
+// a Postgres change log to a bus).
+//
+// # Writing a feed
+//
+// Implement Feed in a package of its own (under core/feed, for one that
+// ships with tide). Implement Writer if the engine may write rows through
+// it (Table.Upsert), Transactor if it can run server mutators, and
+// CaptureChecker if a declaration can be left uncaptured. Then run the
+// conformance suite from the package's tests, with a Harness that makes a
+// fresh, empty feed per case and prunes it on request:
+//
+//	type harness struct{}
+//
+//	func (harness) New(t *testing.T, s ...*feed.Schema) (feed.Feed, feed.Writer) { … }
+//	func (harness) Prune(t *testing.T, f feed.Feed, through feed.Position)      { … }
+//
+//	func TestConformance(t *testing.T) { feedtest.Run(t, harness{}) }
+//
+// It checks commit order under concurrent writers, moves and deletes,
+// replay paging and the pinned high-water, snapshots, retention and
+// ErrCursorExpired, the same way for every feed.
 package feed
