@@ -331,20 +331,10 @@ func (c *loadConn) readLoopCF(bufSize int) {
 			return
 		}
 		now := clock()
-		whole = whole[:0]
-		for {
-			if len(whole) == cap(whole) {
-				whole = append(whole, 0)[:len(whole)]
-			}
-			m, err := r.Read(whole[len(whole):cap(whole)])
-			whole = whole[:len(whole)+m]
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				c.readErr = err
-				return
-			}
+		var err2 error
+		if whole, err2 = readRest(r, whole[:0]); err2 != nil {
+			c.readErr = err2
+			return
 		}
 		msg := whole
 		if cfHasPing(msg) { // a ping may share a frame with pushes

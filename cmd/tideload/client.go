@@ -193,16 +193,9 @@ func (c *loadConn) readLoop(bufSize int) {
 		var entries, size int
 		if c.recv != nil {
 			whole = append(whole[:0], head...)
-			for !eof {
-				if len(whole) == cap(whole) {
-					whole = append(whole, 0)[:len(whole)]
-				}
-				m, err := r.Read(whole[len(whole):cap(whole)])
-				whole = whole[:len(whole)+m]
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
+			if !eof {
+				var err error
+				if whole, err = readRest(r, whole); err != nil {
 					c.readErr = err
 					return
 				}
@@ -423,3 +416,21 @@ func waitUntil(ctx context.Context, f fleet, poll time.Duration, what string, co
 }
 
 var errTimeout = errors.New("the mode's -timeout expired")
+
+// readRest appends the rest of a message from r to buf, growing it in
+// place (a reused buffer keeps its capacity across messages).
+func readRest(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}

@@ -156,13 +156,8 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 		if f.Cursor == "" {
 			return f, fmt.Errorf("%w: changes without cursor", ErrBadServerFrame)
 		}
-		for _, e := range f.Entries {
-			if e.Op != "upsert" && e.Op != "delete" {
-				return f, fmt.Errorf("%w: entry op %q", ErrBadServerFrame, e.Op)
-			}
-			if e.Op == "upsert" && len(e.Row) == 0 {
-				return f, fmt.Errorf("%w: upsert without row", ErrBadServerFrame)
-			}
+		if err := checkEntries(f.Entries); err != nil {
+			return f, err
 		}
 	case FrameCaughtUp:
 		if f.ID == "" || f.Cursor == "" {
@@ -177,13 +172,8 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 		if f.Key == "" || f.Cursor == "" {
 			return f, fmt.Errorf("%w: ack needs key and cursor", ErrBadServerFrame)
 		}
-		for _, e := range f.Entries {
-			if e.Op != "upsert" && e.Op != "delete" {
-				return f, fmt.Errorf("%w: entry op %q", ErrBadServerFrame, e.Op)
-			}
-			if e.Op == "upsert" && len(e.Row) == 0 {
-				return f, fmt.Errorf("%w: upsert without row", ErrBadServerFrame)
-			}
+		if err := checkEntries(f.Entries); err != nil {
+			return f, err
 		}
 	case FrameReject:
 		if f.Key == "" || f.Code == "" {
@@ -195,4 +185,18 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 		}
 	}
 	return f, nil
+}
+
+// checkEntries checks the entries of a changes or ack frame: each is an
+// upsert with a row or a delete.
+func checkEntries(es []Entry) error {
+	for _, e := range es {
+		if e.Op != "upsert" && e.Op != "delete" {
+			return fmt.Errorf("%w: entry op %q", ErrBadServerFrame, e.Op)
+		}
+		if e.Op == "upsert" && len(e.Row) == 0 {
+			return fmt.Errorf("%w: upsert without row", ErrBadServerFrame)
+		}
+	}
+	return nil
 }
