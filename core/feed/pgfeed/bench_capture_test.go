@@ -3,10 +3,13 @@ package pgfeed_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,8 +60,32 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 	f.StartSequencer()
 
 	var seq atomic.Int64
-	round := func(table string, writers int) (rate, walPerCommit float64) {
+	round := func(table string, writers int) (rate, walPerCommit, cpuPerCommit float64) {
 		sql := "INSERT INTO " + table + " (id, tenant, grp, title) VALUES ($1, $2, $3, 'a title of a typical length')"
+		// Each writer keeps one connection for the round, so the CPU time
+		// of its backend can be read from /proc before and after.
+		conns := make([]*pgxpool.Conn, writers)
+		pids := make([]uint32, 0, writers+1)
+		for i := range conns {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns[i] = c
+			pids = append(pids, c.Conn().PgConn().PID())
+		}
+		defer func() {
+			for _, c := range conns {
+				c.Release()
+			}
+		}()
+		var seqPID []uint32
+		if table == "e2e_items" {
+			if pid := f.SequencerPID(); pid != 0 {
+				seqPID = append(seqPID, pid)
+			}
+		}
+		cpu0, self0, seq0 := backendCPU(b, pids), selfCPU(), backendCPU(b, seqPID)
 		var lsn0, lsn1 string
 		if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn0); err != nil {
 			b.Fatal(err)
@@ -67,11 +94,11 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 		var next, done atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()
-		for range writers {
+		for _, c := range conns {
 			wg.Go(func() {
 				for next.Add(1) <= syncedRoundCommits && time.Now().Before(deadline) {
 					id := seq.Add(1)
-					if _, err := pool.Exec(ctx, sql, fmt.Sprint("k", id), fmt.Sprint("t", id%10), id%3); err != nil {
+					if _, err := c.Exec(ctx, sql, fmt.Sprint("k", id), fmt.Sprint("t", id%10), id%3); err != nil {
 						b.Error(err)
 						return
 					}
@@ -81,6 +108,18 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
+		if table == "e2e_items" {
+			// Let the sequencer finish this round's changes, so its CPU
+			// time for them is counted in this round.
+			if _, err := f.Head(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wcpu, ccpu, scpu := backendCPU(b, pids)-cpu0, selfCPU()-self0, backendCPU(b, seqPID)-seq0
+		cpu := wcpu + ccpu + scpu
+		if n := done.Load(); n > 0 {
+			b.Logf("%s@%d: µs/commit writers' backends %d, client %d, sequencer %d", table, writers, wcpu.Microseconds()/n, ccpu.Microseconds()/n, scpu.Microseconds()/n)
+		}
 		var wal int64
 		if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn1); err != nil {
 			b.Fatal(err)
@@ -89,7 +128,7 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 			b.Fatal(err)
 		}
 		n := done.Load()
-		return float64(n) / elapsed.Seconds(), float64(wal) / float64(max(n, 1))
+		return float64(n) / elapsed.Seconds(), float64(wal) / float64(max(n, 1)), float64(cpu.Microseconds()) / float64(max(n, 1))
 	}
 
 	median := func(xs []float64) float64 {
@@ -100,24 +139,26 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 	b.ResetTimer()
 	var report strings.Builder
 	for _, writers := range []int{1, 16, 64} {
-		var plain, synced, plainWAL, syncedWAL []float64
+		var plain, synced, plainWAL, syncedWAL, plainCPU, syncedCPU []float64
 		for range syncedRounds {
-			r, w := round("plain_items", writers)
-			plain, plainWAL = append(plain, r), append(plainWAL, w)
-			r, w = round("e2e_items", writers)
-			synced, syncedWAL = append(synced, r), append(syncedWAL, w)
+			r, w, c := round("plain_items", writers)
+			plain, plainWAL, plainCPU = append(plain, r), append(plainWAL, w), append(plainCPU, c)
+			r, w, c = round("e2e_items", writers)
+			synced, syncedWAL, syncedCPU = append(synced, r), append(syncedWAL, w), append(syncedCPU, c)
 			if b.Failed() {
 				b.FailNow()
 			}
 		}
 		ratio := median(synced) / median(plain)
-		fmt.Fprintf(&report, "writers=%d: plain %.0f commits/s (rounds %.0f), synced %.0f commits/s (rounds %.0f), synced/plain %.2f; WAL bytes/commit plain %.0f, synced %.0f (lowest rounds)\n",
-			writers, median(plain), plain, median(synced), synced, ratio, slices.Min(plainWAL), slices.Min(syncedWAL))
+		cpuRatio := median(plainCPU) / median(syncedCPU)
+		fmt.Fprintf(&report, "writers=%d: plain %.0f commits/s (rounds %.0f), synced %.0f commits/s (rounds %.0f), synced/plain %.2f; WAL bytes/commit plain %.0f, synced %.0f (lowest rounds); CPU µs/commit plain %.0f, synced %.0f (medians), plain/synced %.2f\n",
+			writers, median(plain), plain, median(synced), synced, ratio, slices.Min(plainWAL), slices.Min(syncedWAL), median(plainCPU), median(syncedCPU), cpuRatio)
 		b.ReportMetric(ratio, fmt.Sprintf("synced/plain@%d", writers))
 		b.ReportMetric(median(plain), fmt.Sprintf("plain-commits/s@%d", writers))
 		b.ReportMetric(median(synced), fmt.Sprintf("synced-commits/s@%d", writers))
 		b.ReportMetric(slices.Min(plainWAL), fmt.Sprintf("plain-WAL-B/commit@%d", writers))
 		b.ReportMetric(slices.Min(syncedWAL), fmt.Sprintf("synced-WAL-B/commit@%d", writers))
+		b.ReportMetric(cpuRatio, fmt.Sprintf("CPU-plain/synced@%d", writers))
 	}
 	b.StopTimer()
 
@@ -134,4 +175,31 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 		b.Fatalf("%d rows inserted, %d changes up to head %d", rows, changes, h)
 	}
 	b.Log("\n" + report.String())
+}
+
+// backendCPU returns the CPU time the Postgres backends pids have used so
+// far (the first field of /proc/PID/schedstat), or fails the benchmark where
+// /proc cannot be read (the server must run on this machine).
+func backendCPU(b *testing.B, pids []uint32) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if err != nil {
+			b.Fatalf("CPU time of backend %d: %v (is Postgres on this machine?)", pid, err)
+		}
+		ns, err := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += time.Duration(ns)
+	}
+	return total
+}
+
+// selfCPU returns the CPU time this process (the writers' client side) has
+// used so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

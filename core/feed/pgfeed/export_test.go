@@ -60,11 +60,12 @@ func (f *Feed) TriggerName(resource string) string {
 	return f.triggerName(resource)
 }
 
-// InstallVersion1 creates tide's schema exactly as version 1 of this
-// package did, with version 1's capture of each of schemas: a deferred
-// trigger that takes the commit-order lock, appends to the change log with
-// the next position and notifies. The upgrade test starts from it.
-func (f *Feed) InstallVersion1(ctx context.Context, schemas ...*feed.Schema) error {
+// InstallVersion creates tide's schema exactly as the given version of
+// this package did, with that version's capture of each of schemas:
+// version 1's a deferred trigger that takes the commit-order lock, appends
+// to the change log with the next position and notifies; later versions'
+// the outbox capture. The upgrade tests start from it.
+func (f *Feed) InstallVersion(ctx context.Context, version int, schemas ...*feed.Schema) error {
 	n := f.n
 	conn, err := f.pool.Acquire(ctx)
 	if err != nil {
@@ -78,16 +79,22 @@ func (f *Feed) InstallVersion1(ctx context.Context, schemas ...*feed.Schema) err
 		}
 	}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		for _, stmt := range migrations[0].stmts(n) {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
+		for _, m := range migrations[:version] {
+			for _, stmt := range m.stmts(n) {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+n.migrations+" (version) VALUES ($1)", m.version); err != nil {
 				return err
 			}
+			if m.version == 1 {
+				if _, err := tx.Exec(ctx, "INSERT INTO "+n.meta+" (id, epoch) VALUES (1, $1)", newEpoch()); err != nil {
+					return err
+				}
+			}
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+n.meta+" (id, epoch) VALUES (1, $1)", newEpoch()); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "INSERT INTO "+n.migrations+" (version) VALUES (1)")
-		return err
+		return nil
 	})
 	if err != nil {
 		return err
@@ -98,7 +105,10 @@ func (f *Feed) InstallVersion1(ctx context.Context, schemas ...*feed.Schema) err
 			return err
 		}
 		p := newPlan(s, types)
-		ddl := f.captureDDLv1(p)
+		ddl := f.captureDDL(p)
+		if version == 1 {
+			ddl = f.captureDDLv1(p)
+		}
 		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			for _, stmt := range ddl {
 				if _, err := tx.Exec(ctx, stmt); err != nil {

@@ -73,65 +73,7 @@ $tide$`,
   scope text[] NOT NULL,
   data jsonb,
   origin text)`,
-			`CREATE FUNCTION ` + n.seqFn + `(max_txs integer, wait_ms integer, idle_ms integer, max_pause_ms integer)
-RETURNS TABLE (moved bigint, head bigint) LANGUAGE plpgsql AS $tide$
-#variable_conflict use_column
-DECLARE
-  started timestamptz := pg_catalog.clock_timestamp();
-  deadline timestamptz := started + pg_catalog.make_interval(secs => wait_ms / 1000.0);
-  pause double precision;
-BEGIN
-  moved := 0;
-  LOOP
-    -- Each statement of this (volatile) function reads a fresh snapshot.
-    IF EXISTS (SELECT 1 FROM ` + n.outbox + `) THEN
-      -- One step at a time, database-wide; taken before the statement
-      -- below, so that statement's snapshot sees every earlier step.
-      PERFORM pg_catalog.pg_advisory_xact_lock(` + lockArgs(n.lockA, n.key) + `);
-      IF max_txs <= 0 OR (SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + ` LIMIT max_txs + 1) x) <= max_txs THEN
-        -- Few enough rows for one step: every transaction this snapshot sees.
-        WITH d AS (
-          DELETE FROM ` + n.outbox + ` o
-          RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
-        ), i AS (
-          INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
-          SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
-          FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
-          ORDER BY s.last, s.id
-          RETURNING 1
-        )
-        SELECT count(*) INTO moved FROM i;
-      ELSE
-        -- A backlog: the max_txs transactions that finished writing first.
-        WITH b AS (
-          SELECT o.xid FROM ` + n.outbox + ` o GROUP BY o.xid ORDER BY max(o.id) LIMIT max_txs
-        ), d AS (
-          DELETE FROM ` + n.outbox + ` o USING b WHERE o.xid = b.xid
-          RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
-        ), i AS (
-          INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
-          SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
-          FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
-          ORDER BY s.last, s.id
-          RETURNING 1
-        )
-        SELECT count(*) INTO moved FROM i;
-      END IF;
-      IF moved > 0 THEN
-        PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
-        EXIT;
-      END IF;
-    END IF;
-    EXIT WHEN pg_catalog.clock_timestamp() >= deadline;
-    -- Look again soon after changes arrived, less often the longer none did.
-    pause := least(max_pause_ms / 1000.0, greatest(0.001,
-      (idle_ms / 1000.0 + extract(epoch FROM pg_catalog.clock_timestamp() - started)) / 8));
-    PERFORM pg_catalog.pg_sleep(least(pause, extract(epoch FROM deadline - pg_catalog.clock_timestamp())));
-  END LOOP;
-  SELECT greatest(coalesce((SELECT max(c.pos) FROM ` + n.changes + ` c), 0), m.floor) INTO head FROM ` + n.meta + ` m;
-  RETURN NEXT;
-END
-$tide$`,
+			sequenceFunction(n, false),
 		}
 	}},
 	// Version 3: the idempotency keys of mutations, recorded in the
@@ -151,6 +93,118 @@ $tide$`,
 	// Version 4: revocations, stored for the nodes that start later and
 	// announced with NOTIFY (see PublishRevocation).
 	{4, revocationMigration},
+	// Version 5: steps commit without waiting for their WAL flush, within a
+	// durably reserved block of positions that a restarted server skips
+	// past (see sequenceFunction).
+	{5, func(n names) []string {
+		return []string{
+			`ALTER TABLE ` + n.meta + ` ADD COLUMN reserved bigint NOT NULL DEFAULT 0, ADD COLUMN boot timestamptz`,
+			`CREATE FUNCTION ` + n.stepFn + `() RETURNS bigint LANGUAGE plpgsql AS $tide$
+DECLARE
+  r bigint;
+  b timestamptz;
+BEGIN
+  -- One step at a time, database-wide; taken before the step's statement,
+  -- so its snapshot sees every earlier step.
+  PERFORM pg_catalog.pg_advisory_xact_lock(` + lockArgs(n.lockA, n.key) + `);
+  SELECT m.reserved, m.boot INTO r, b FROM ` + n.meta + ` m;
+  IF b IS DISTINCT FROM pg_catalog.pg_postmaster_start_time() THEN
+    -- The server restarted since the last step: a step that had committed
+    -- without its flush may be lost, and the sequence with it, but every
+    -- position such a step gave is within the reservation. Continue above it.
+    IF r > (SELECT s.last_value FROM ` + n.seq + ` s) THEN
+      PERFORM pg_catalog.setval(` + n.seqLit + `, r);
+    END IF;
+    UPDATE ` + n.meta + ` SET boot = pg_catalog.pg_postmaster_start_time();
+  END IF;
+  RETURN r;
+END
+$tide$`,
+			sequenceFunction(n, true),
+		}
+	}},
+}
+
+// positionBlock is how many positions a durable reservation covers: a
+// step whose positions stay within the reservation commits without waiting
+// for its WAL flush; one that passes it extends it and waits.
+const positionBlock = 1 << 20
+
+// sequenceFunction returns the statement creating the sequence function,
+// whose step gives committed outbox rows their positions (see sequencer.go).
+// Version 2 of the schema created it with steps that commit like any
+// transaction; version 5 (reserve) replaces it with one whose steps commit
+// asynchronously while their positions stay within meta.reserved, a bound
+// committed durably beforehand, so a server that restarts (and may lose the
+// last such steps, which readers may have seen) gives new positions only
+// above every position a reader can have seen.
+func sequenceFunction(n names, reserve bool) string {
+	create, decl, lock, commit := "CREATE FUNCTION", "", "PERFORM pg_catalog.pg_advisory_xact_lock("+lockArgs(n.lockA, n.key)+");", ""
+	if reserve {
+		create = "CREATE OR REPLACE FUNCTION"
+		decl = "\n  reserved bigint;\n  hi bigint;"
+		lock = "reserved := " + n.stepFn + "();"
+		commit = `
+        hi := pg_catalog.currval(` + n.seqLit + `);
+        IF hi > reserved THEN
+          -- Past the reservation: extend it, durably, before these
+          -- positions become visible.
+          UPDATE ` + n.meta + ` SET reserved = hi + ` + strconv.Itoa(positionBlock) + `;
+          IF pg_catalog.current_setting('synchronous_commit') = 'off' THEN
+            PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+          END IF;
+        ELSE
+          PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+        END IF;`
+	}
+	return create + ` ` + n.seqFn + `(max_txs integer, wait_ms integer, idle_ms integer, max_pause_ms integer)
+RETURNS TABLE (moved bigint, head bigint) LANGUAGE plpgsql AS $tide$
+#variable_conflict use_column
+DECLARE
+  started timestamptz := pg_catalog.clock_timestamp();
+  deadline timestamptz := started + pg_catalog.make_interval(secs => wait_ms / 1000.0);
+  pause double precision;` + decl + `
+BEGIN
+  moved := 0;
+  LOOP
+    -- Each statement of this (volatile) function reads a fresh snapshot.
+    IF EXISTS (SELECT 1 FROM ` + n.outbox + `) THEN
+      ` + lock + `
+      IF max_txs <= 0 OR (SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + ` LIMIT max_txs + 1) x) <= max_txs THEN
+        -- Few enough rows for one step: every transaction this snapshot sees.
+        ` + n.moveAll + `
+        SELECT count(*) INTO moved FROM i;
+      ELSE
+        -- A backlog: the max_txs transactions that finished writing first.
+        WITH b AS (
+          SELECT o.xid FROM ` + n.outbox + ` o GROUP BY o.xid ORDER BY max(o.id) LIMIT max_txs
+        ), d AS (
+          DELETE FROM ` + n.outbox + ` o USING b WHERE o.xid = b.xid
+          RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
+        ), i AS (
+          INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
+          SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
+          FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
+          ORDER BY s.last, s.id
+          RETURNING 1
+        )
+        SELECT count(*) INTO moved FROM i;
+      END IF;
+      IF moved > 0 THEN` + commit + `
+        PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
+        EXIT;
+      END IF;
+    END IF;
+    EXIT WHEN pg_catalog.clock_timestamp() >= deadline;
+    -- Look again soon after changes arrived, less often the longer none did.
+    pause := least(max_pause_ms / 1000.0, greatest(0.001,
+      (idle_ms / 1000.0 + extract(epoch FROM pg_catalog.clock_timestamp() - started)) / 8));
+    PERFORM pg_catalog.pg_sleep(least(pause, extract(epoch FROM deadline - pg_catalog.clock_timestamp())));
+  END LOOP;
+  SELECT greatest(coalesce((SELECT max(c.pos) FROM ` + n.changes + ` c), 0), m.floor) INTO head FROM ` + n.meta + ` m;
+  RETURN NEXT;
+END
+$tide$`
 }
 
 // lockArgs renders the two keys of an advisory lock as SQL arguments.

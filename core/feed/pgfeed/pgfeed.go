@@ -276,6 +276,7 @@ type names struct {
 	changes    string // qualified, quoted
 	outbox     string // unsequenced changes
 	seqFn      string // the sequencer function
+	stepFn     string // begins a step: the step lock, and the sequence past the reservation after a restart
 	meta       string
 	resources  string
 	migrations string
@@ -312,6 +313,7 @@ func newNames(schema string) names {
 		changes:    q("changes"),
 		outbox:     q("outbox"),
 		seqFn:      q("sequence"),
+		stepFn:     q("begin_step"),
 		meta:       q("meta"),
 		resources:  q("resources"),
 		migrations: q("schema_migrations"),

@@ -143,7 +143,7 @@ func (f *Feed) snapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, type
 	page, pending, err := f.snapshotPage(ctx, f.pool, p, q, typed, false)
 	if err == nil && pending > 0 {
 		err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", f.n.lockA, f.n.key); err != nil {
+			if _, err := tx.Exec(ctx, "SELECT "+f.n.stepFn+"()"); err != nil {
 				return err
 			}
 			var moved int64

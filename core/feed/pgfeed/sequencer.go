@@ -21,7 +21,12 @@ import (
 // Options.SequencerInterval apart), and as soon as it sees committed rows
 // it moves them, whole transactions ordered by their last outbox id, into
 // the change log with positions from the log's sequence, in one statement,
-// then notifies the tailers once. Every Feed that tails is a candidate: a
+// then notifies the tailers once. A step commits without waiting for its
+// WAL flush while its positions stay within a reservation committed
+// durably before (meta.reserved, extended by a step that passes it, which
+// does wait); after a server restart the first step moves the sequence
+// past the reservation, so no position a reader may have seen from a lost
+// step is given again (see sequenceFunction). Every Feed that tails is a candidate: a
 // standby retries the lock with jittered backoff and takes over when the
 // holder's session ends.
 //
@@ -42,6 +47,12 @@ const (
 	// outboxVacuumEvery is how often the sequencer vacuums the outbox while
 	// changes flow.
 	outboxVacuumEvery = time.Second
+	// sequencerStepGap is the pause after a step that moved changes. Steps
+	// do not wait for their WAL flush, so without it a busy database would
+	// run one step per commit; with it, a step carries about a
+	// millisecond's commits, and a quiet one loses nothing (its next change
+	// is further away than that).
+	sequencerStepGap = time.Millisecond
 )
 
 // StartSequencer makes this feed a candidate for the database's sequencer
@@ -200,6 +211,7 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 			f.sequenced.Add(moved)
 			unvacuumed += moved
 			f.ring() // this node's tailers need not wait for the notification
+			protocol.Sleep(ctx, sequencerStepGap)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/internal/testenv"
@@ -264,6 +265,72 @@ func TestConflictingWritesInCommitOrder(t *testing.T) {
 			}
 			if want := []string{"r=early", "q=x", "r=late"}; !slices.Equal(got, want) {
 				t.Fatalf("changes in position order %v, want %v (commit order, transactions contiguous)", got, want)
+			}
+		})
+	}
+}
+
+// TestRestartContinuesAboveReservation: steps commit without waiting for
+// their WAL flush, so a server crash can lose the last steps after readers
+// saw their positions, and roll the sequence back with them. The test makes
+// that state by hand (the last step's rows back in the outbox and gone from
+// the log, the sequence rewound, the server's start time changed) and
+// checks that the next step gives them positions above every position
+// handed out before, for whichever caller runs it (Head's step, the
+// sequencer's, and Snapshot's).
+func TestRestartContinuesAboveReservation(t *testing.T) {
+	t.Parallel()
+	for _, via := range []string{"head", "sequencer", "snapshot"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			f, pool := newFeed(t, pgfeed.Options{}, feedtest.Items)
+			ctx := testCtx(t)
+			for i := range 5 {
+				insertItem(t, pool, fmt.Sprint("k", i), "t1", i)
+			}
+			seen := head(t, f) // readers may have seen every position up to here
+			schema := f.Schema()
+			var reserved int64
+			if err := pool.QueryRow(ctx, "SELECT reserved FROM "+schema+".meta").Scan(&reserved); err != nil {
+				t.Fatal(err)
+			}
+			if reserved < int64(seen) {
+				t.Fatalf("reservation %d below the head %d", reserved, seen)
+			}
+			// The crash: the last two changes' step is lost (rows back in
+			// the outbox, gone from the log), the sequence is rewound, and
+			// the server started anew.
+			for _, stmt := range []string{
+				`WITH lost AS (DELETE FROM ` + schema + `.changes WHERE pos > ` + fmt.Sprint(seen-2) + ` RETURNING *)
+				 INSERT INTO ` + schema + `.outbox (resource, op, key, scope, data, origin) SELECT resource, op, key, scope, data, origin FROM lost ORDER BY pos`,
+				`SELECT setval('` + schema + `.pos_seq', 1)`,
+				`UPDATE ` + schema + `.meta SET boot = '2000-01-01'`,
+			} {
+				exec2(t, pool, stmt)
+			}
+			insertItem(t, pool, "after", "t1", 9)
+			switch via {
+			case "head":
+				head(t, f)
+			case "sequencer":
+				f.StartSequencer()
+			case "snapshot":
+				if _, err := f.Snapshot(ctx, feed.SnapshotQuery{Scope: feed.NewScope(feedtest.Items, nil), Limit: 100}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// One step moves all three (they committed before it), so once
+			// a change after the three kept ones is readable, all are.
+			if _, err := f.Tail(ctx, 3, 100); err != nil {
+				t.Fatal(err)
+			}
+			// Every change is back in the log, each above the reservation.
+			var n, low int64
+			if err := pool.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE pos > 3 AND pos <= $1) FROM "+schema+".changes", reserved).Scan(&n, &low); err != nil {
+				t.Fatal(err)
+			}
+			if n != 6 || low != 0 {
+				t.Fatalf("%d changes in the log, %d of them at positions (3, %d] that readers may have seen before the restart", n, low, reserved)
 			}
 		})
 	}

@@ -19,16 +19,26 @@ import (
 	"github.com/tidesync/tide/core/protocol"
 )
 
-// TestUpgradeFromVersion1 starts from a database that version 1 of the
-// schema created (its change log, its commit-order-lock capture), with
-// changes in it, retention past some of them, and devices holding cursors
-// and copies from before the upgrade. A node of this version then boots
-// (Migrate upgrades in place), the app writes through the new capture, and
-// the devices come back: those whose cursor is still retained resume
-// without a reset, the one whose cursor was pruned gets exactly one reset,
-// and every copy converges to the table.
-func TestUpgradeFromVersion1(t *testing.T) {
+// TestUpgrade starts from a database that an earlier version of the schema
+// created (version 1: its change log and its commit-order-lock capture; the
+// version before this one: the outbox and a sequencer whose steps wait for
+// their flush), with changes in it, retention past some of them, and
+// devices holding cursors and copies from before the upgrade. A node of
+// this version then boots (Migrate upgrades in place), the app writes
+// through the new capture, and the devices come back: those whose cursor is
+// still retained resume without a reset, the one whose cursor was pruned
+// gets exactly one reset, and every copy converges to the table.
+func TestUpgrade(t *testing.T) {
 	t.Parallel()
+	for _, version := range []int{1, pgfeed.SchemaVersion() - 1} {
+		t.Run(fmt.Sprintf("from version %d", version), func(t *testing.T) {
+			t.Parallel()
+			testUpgradeFrom(t, version)
+		})
+	}
+}
+
+func testUpgradeFrom(t *testing.T, version int) {
 	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 12 })
 	ctx := testCtx(t)
 	exec2(t, pool, tItemsDDL)
@@ -40,13 +50,13 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := pgfeed.Options{Schema: name + "_tide", Logger: testLogger(t)}
-	v1, err := pgfeed.New(pool, opts)
+	old, err := pgfeed.New(pool, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer v1.Close()
-	if err := v1.InstallVersion1(ctx, scratch.Schemas()...); err != nil {
-		t.Fatalf("install version 1: %v", err)
+	defer old.Close()
+	if err := old.InstallVersion(ctx, version, scratch.Schemas()...); err != nil {
+		t.Fatalf("install version %d: %v", version, err)
 	}
 
 	write := func(sqls ...string) {
@@ -65,7 +75,13 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	logState := func() (positions []int64, last feed.Position) {
 		t.Helper()
-		rows, err := pool.Query(ctx, "SELECT pos FROM "+v1.ChangesTable()+" ORDER BY pos")
+		if version > 1 {
+			// The old version's sequencing step (nothing tails yet).
+			if _, err := old.Head(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := pool.Query(ctx, "SELECT pos FROM "+old.ChangesTable()+" ORDER BY pos")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +111,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		return out
 	}
 
-	// Version 1 at work: changes, and two moments devices synced at.
+	// The old version at work: changes, and two moments devices synced at.
 	for i := range 20 {
 		write(fmt.Sprintf("INSERT INTO e2e_items (id, tenant, grp, title) VALUES ('k%02d', 't%d', %d, 'v1')", i, 1+i%2, i%3))
 	}
@@ -106,29 +122,29 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		"UPDATE e2e_items SET tenant = 't2' WHERE id = 'k04'")
 	_, p2 := logState()
 	rows2 := snapshotRows()
-	// Changes after the devices' cursors, still under version 1.
+	// Changes after the devices' cursors, still under the old version.
 	write("UPDATE e2e_items SET title = 'v3' WHERE id = 'k06'",
 		"DELETE FROM e2e_items WHERE id = 'k08'",
 		"UPDATE e2e_items SET tenant = 't1' WHERE id = 'k05'",
 		"INSERT INTO e2e_items (id, tenant, grp, title) VALUES ('pre', 't1', 1, 'before the upgrade')")
-	// Retention passed p1 (version 1's pruning: the same statements).
-	if floor, err := v1.PruneThrough(ctx, p1+1); err != nil || floor != p1+1 {
-		t.Fatalf("PruneThrough under version 1: %d, %v", floor, err)
+	// Retention passed p1 (the old version's pruning: the same statements).
+	if floor, err := old.PruneThrough(ctx, p1+1); err != nil || floor != p1+1 {
+		t.Fatalf("PruneThrough under version %d: %d, %v", version, floor, err)
 	}
 	before, _ := logState()
 	var epoch string
-	if err := pool.QueryRow(ctx, "SELECT epoch FROM "+v1.MetaTable()).Scan(&epoch); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT epoch FROM "+old.MetaTable()).Scan(&epoch); err != nil {
 		t.Fatal(err)
 	}
 
 	// A node of this version boots: Migrate upgrades the schema in place.
 	srv := newE2ENode(t, pool, name, pgfeed.Options{}, core.Config{PageSize: 4, ReplayCache: 1})
-	var version int
-	if err := pool.QueryRow(ctx, "SELECT max(version) FROM "+opts.Schema+".schema_migrations").Scan(&version); err != nil {
+	var migrated int
+	if err := pool.QueryRow(ctx, "SELECT max(version) FROM "+opts.Schema+".schema_migrations").Scan(&migrated); err != nil {
 		t.Fatal(err)
 	}
-	if version != pgfeed.SchemaVersion() || version < 2 {
-		t.Fatalf("schema at version %d after Migrate, want %d", version, pgfeed.SchemaVersion())
+	if migrated != pgfeed.SchemaVersion() || migrated <= version {
+		t.Fatalf("schema at version %d after Migrate, want %d", migrated, pgfeed.SchemaVersion())
 	}
 	if after, _ := logState(); !slices.Equal(after, before) {
 		t.Fatalf("the upgrade changed the change log's positions: %v, then %v", before, after)
