@@ -107,7 +107,7 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	if err := protocol.ValidIdent(name); err != nil {
 		return nil, fmt.Errorf("tide: register %s: %w: name: %v", r.Table, ErrInvalidResource, err)
 	}
-	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}
+	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String(), Prev: r.Filter != nil}
 	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize)}
 	if r.Filter != nil {
 		res.filter = newRowFilter(c, r.Filter, e.cfg.Logger.With("resource", name))

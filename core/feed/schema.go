@@ -14,6 +14,12 @@ type Schema struct {
 	// Type is the Go type declaring the resource ("main.Todo"), for
 	// messages; "" in a schema built by hand.
 	Type string
+	// Prev asks the feed to record, with each upsert, what the row was in
+	// its scope just before (Change.PrevKnown and Change.Prev), so a row
+	// filter can tell who may have seen the previous version. Package core
+	// sets it for resources with a row filter; it costs a copy of the old
+	// row in the change of every update.
+	Prev bool
 }
 
 // KeyColumn returns the primary key column.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // migration is one versioned step of tide's own schema. Steps are applied in
@@ -95,10 +96,17 @@ $tide$`,
 	{4, revocationMigration},
 	// Version 5: steps commit without waiting for their WAL flush, within a
 	// durably reserved block of positions that a restarted server skips
-	// past (see sequenceFunction).
+	// past (see sequenceFunction); changes carry the previous version of
+	// the rows of resources with a row filter.
 	{5, func(n names) []string {
 		return []string{
 			`ALTER TABLE ` + n.meta + ` ADD COLUMN reserved bigint NOT NULL DEFAULT 0, ADD COLUMN boot timestamptz`,
+			// The previous version of an upserted row in its scope, for
+			// resources with a row filter (feed.Schema.Prev): a JSON object,
+			// JSON null for none (an insert, or the upsert half of a move),
+			// NULL where not recorded.
+			`ALTER TABLE ` + n.outbox + ` ADD COLUMN prev jsonb`,
+			`ALTER TABLE ` + n.changes + ` ADD COLUMN prev jsonb`,
 			`CREATE FUNCTION ` + n.stepFn + `() RETURNS bigint LANGUAGE plpgsql AS $tide$
 DECLARE
   r bigint;
@@ -133,7 +141,8 @@ const positionBlock = 1 << 20
 // sequenceFunction returns the statement creating the sequence function,
 // whose step gives committed outbox rows their positions (see sequencer.go).
 // Version 2 of the schema created it with steps that commit like any
-// transaction; version 5 (reserve) replaces it with one whose steps commit
+// transaction; version 5 (reserve) replaces it with one that also moves
+// the rows' previous versions and whose steps commit
 // asynchronously while their positions stay within meta.reserved, a bound
 // committed durably beforehand, so a server that restarts (and may lose the
 // last such steps, which readers may have seen) gives new positions only
@@ -172,22 +181,13 @@ BEGIN
       ` + lock + `
       IF max_txs <= 0 OR (SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + ` LIMIT max_txs + 1) x) <= max_txs THEN
         -- Few enough rows for one step: every transaction this snapshot sees.
-        ` + n.moveAll + `
+        WITH ` + n.move(reserve, "") + `
         SELECT count(*) INTO moved FROM i;
       ELSE
         -- A backlog: the max_txs transactions that finished writing first.
         WITH b AS (
           SELECT o.xid FROM ` + n.outbox + ` o GROUP BY o.xid ORDER BY max(o.id) LIMIT max_txs
-        ), d AS (
-          DELETE FROM ` + n.outbox + ` o USING b WHERE o.xid = b.xid
-          RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
-        ), i AS (
-          INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
-          SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
-          FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
-          ORDER BY s.last, s.id
-          RETURNING 1
-        )
+        ), ` + n.move(reserve, "b") + `
         SELECT count(*) INTO moved FROM i;
       END IF;
       IF moved > 0 THEN` + commit + `
@@ -319,7 +319,13 @@ func (f *Feed) migrateBase(ctx context.Context, conn *pgxpool.Conn) error {
 		if m.version <= current {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		apply := func(tx pgx.Tx) error {
+			// A version altering tables that running nodes use waits for
+			// their locks; bounded, so app writers queued behind it are
+			// not held up for long, and retried below.
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+migrationLockTimeout+"'"); err != nil {
+				return err
+			}
 			for _, stmt := range m.stmts(n) {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
 					return err
@@ -332,7 +338,19 @@ func (f *Feed) migrateBase(ctx context.Context, conn *pgxpool.Conn) error {
 			}
 			_, err := tx.Exec(ctx, "INSERT INTO "+n.migrations+" (version) VALUES ($1)", m.version)
 			return err
-		})
+		}
+		var err error
+		for attempt := 0; ; attempt++ {
+			err = pgx.BeginFunc(ctx, conn, apply)
+			if !isLockConflict(err) || attempt == migrationAttempts-1 {
+				break
+			}
+			// A running node's statement held a table this version alters
+			// and waited for another it had locked: the version rolled back
+			// whole; try again.
+			f.log.Info("pgfeed: migration waited for a lock; retrying", "schema", f.opts.Schema, "version", m.version, "err", err, "attempt", attempt)
+			protocol.Sleep(ctx, protocol.Backoff(attempt, 50*time.Millisecond, time.Second))
+		}
 		if err != nil {
 			return f.wrap("migrate: version "+strconv.Itoa(m.version), err)
 		}
@@ -424,6 +442,18 @@ func newEpoch() string {
 		}
 	}
 	return string(out)
+}
+
+// Bounds of a migration version's wait for the locks of running nodes.
+const (
+	migrationLockTimeout = "2s"
+	migrationAttempts    = 8
+)
+
+// isLockConflict reports whether err is a deadlock or a lock timeout.
+func isLockConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "55P03")
 }
 
 // isUndefinedTable reports whether err says a table or schema is missing.

@@ -291,7 +291,7 @@ type names struct {
 	key        int32  // second key, derived from the schema name
 
 	headExpr         string // scalar subquery: the head
-	moveAll          string // WITH clause moving the whole visible outbox into the log; i holds the new positions
+	moveAll          string // CTEs moving the whole visible outbox into the log (for a WITH); i holds the new positions
 	headSQL, tailSQL string
 }
 
@@ -331,20 +331,38 @@ func newNames(schema string) names {
 	// Head first gives positions to whatever has committed (a no-op when
 	// the outbox is empty), so it covers every change committed before it.
 	n.headSQL = `SELECT s.head, m.epoch FROM ` + n.seqFn + `(0, 0, 0, 0) s, ` + n.meta + ` m`
-	n.moveAll = `WITH d AS (
-  DELETE FROM ` + n.outbox + ` o RETURNING o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin
+	n.moveAll = n.move(true, "")
+	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev
+FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
+LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin, prev FROM ` + n.changes + `
+ WHERE pos > $1 ORDER BY pos LIMIT $2) c ON true ORDER BY c.pos`
+	return n
+}
+
+// move returns a WITH clause that moves outbox rows into the change log
+// with positions, whole transactions ordered by their largest outbox id and
+// rows by id; its CTE i returns the new positions. using, if not empty,
+// names a CTE of the transactions (xid) to move; otherwise every row the
+// statement's snapshot sees moves. prev carries the rows' previous versions
+// (schema version 5 on).
+func (n names) move(prev bool, using string) string {
+	cols, ret := "o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin", "resource, op, key, scope, data, origin"
+	if prev {
+		cols, ret = cols+", o.prev", ret+", prev"
+	}
+	del := "DELETE FROM " + n.outbox + " o"
+	if using != "" {
+		del += " USING " + using + " WHERE o.xid = " + using + ".xid"
+	}
+	return `d AS (
+  ` + del + ` RETURNING ` + cols + `
 ), i AS (
-  INSERT INTO ` + n.changes + ` (pos, resource, op, key, scope, data, origin)
-  SELECT pg_catalog.nextval(` + n.seqLit + `), s.resource, s.op, s.key, s.scope, s.data, s.origin
+  INSERT INTO ` + n.changes + ` (pos, ` + ret + `)
+  SELECT pg_catalog.nextval(` + n.seqLit + `), s.` + strings.ReplaceAll(ret, ", ", ", s.") + `
   FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
   ORDER BY s.last, s.id
   RETURNING pos
 )`
-	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, '')
-FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin FROM ` + n.changes + `
- WHERE pos > $1 ORDER BY pos LIMIT $2) c ON true ORDER BY c.pos`
-	return n
 }
 
 // validName checks a name tide puts into SQL identifiers: lower-case

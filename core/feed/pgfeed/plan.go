@@ -274,33 +274,46 @@ func (f *Feed) truncateTrigger() string { return shortIdent(f.opts.Schema + "_no
 func (f *Feed) captureDDL(p *plan) []string {
 	n := f.n
 	fn := n.schema + "." + pgx.Identifier{captureFunc(p.s.Name)}.Sanitize()
-	insert := func(op int, alias string) string {
-		return "INSERT INTO " + n.outbox + " (resource, op, key, scope, data, origin) VALUES (" +
-			p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o);"
+	cols := "resource, op, key, scope, data, origin"
+	if p.s.Prev {
+		cols += ", prev"
 	}
+	target := n.outbox + " (" + cols + ") VALUES ("
 	doorbell := ""
 	if f.opts.brokenCapture {
 		// Broken on purpose: positions taken when the row is written, in
 		// no commit order, straight into the change log.
-		insert = func(op int, alias string) string {
-			return "INSERT INTO " + n.changes + " (pos, resource, op, key, scope, data, origin) VALUES (pg_catalog.nextval(" + n.seqLit + "), " +
-				p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o);"
-		}
+		target = n.changes + " (pos, " + cols + ") VALUES (pg_catalog.nextval(" + n.seqLit + "), "
 		doorbell = "PERFORM pg_catalog.pg_notify(" + quoteLit(n.channel) + ", '');"
 	}
+	// prev is the previous version of an upserted row in its scope, for a
+	// resource that records it (JSON null for none; NULL for a delete).
+	insert := func(op int, alias, prev string) string {
+		if !p.s.Prev {
+			prev = ""
+		} else if op == int(feed.OpDelete) {
+			prev = ", NULL"
+		} else {
+			prev = ", " + prev
+		}
+		return "INSERT INTO " + target + p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o" + prev + ");"
+	}
+	const none = "'null'::jsonb"
 	body := `
 DECLARE
   o text := nullif(pg_catalog.current_setting('tide.origin', true), '');
 BEGIN
   IF TG_OP = 'DELETE' THEN
-    ` + insert(int(feed.OpDelete), "OLD") + `
+    ` + insert(int(feed.OpDelete), "OLD", "") + `
   ELSIF TG_OP = 'UPDATE' THEN
     IF ` + p.keyExpr("OLD") + ` IS DISTINCT FROM ` + p.keyExpr("NEW") + ` OR ` + p.scopeExpr("OLD") + ` IS DISTINCT FROM ` + p.scopeExpr("NEW") + ` THEN
-      ` + insert(int(feed.OpDelete), "OLD") + `
+      ` + insert(int(feed.OpDelete), "OLD", "") + `
+      ` + insert(int(feed.OpUpsert), "NEW", none) + `
+    ELSE
+      ` + insert(int(feed.OpUpsert), "NEW", p.rowExpr("OLD")) + `
     END IF;
-    ` + insert(int(feed.OpUpsert), "NEW") + `
   ELSE
-    ` + insert(int(feed.OpUpsert), "NEW") + `
+    ` + insert(int(feed.OpUpsert), "NEW", none) + `
   END IF;
   ` + doorbell + `
   RETURN NULL;

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -41,20 +40,19 @@ func (l fatalLog) Fatal(v ...any) { l.t.Helper(); l.t.Fatal(v...) }
 // against the test database: a client subscribes, a write made in a
 // handler's transaction reaches it live, tagged with the request's origin.
 func TestQuickStart(t *testing.T) {
-	// The quick start reads DATABASE_URL: point it at this test's schema.
-	pool0, name := testenv.PostgresSchema(t)
+	// The quick start reads DATABASE_URL and keeps tide's tables in the
+	// default schema: point it at a database of this test's own.
+	dbURL := testenv.PostgresDatabase(t)
 	ctx := testCtx(t)
-	if _, err := pool0.Exec(ctx, "CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, title text NOT NULL, done boolean NOT NULL DEFAULT false)"); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(testenv.DatabaseURL())
+	pool0, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	t.Setenv("DATABASE_URL", u.String())
+	defer pool0.Close()
+	if _, err := pool0.Exec(ctx, "CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, title text NOT NULL, done boolean NOT NULL DEFAULT false)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", dbURL)
 
 	log := fatalLog{t}
 	mux := http.NewServeMux()

@@ -85,10 +85,10 @@ func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 		}
 	}
 	where.WriteString(" AND pos > $1 AND pos <= $2")
-	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, '')
+	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev
 FROM (SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
   FROM ` + n.meta + ` m LEFT JOIN ` + n.resources + ` r ON r.name = ` + res + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin FROM ` + n.changes + `
+LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, prev FROM ` + n.changes + `
  WHERE ` + where.String() + ` ORDER BY pos LIMIT $3) c ON true`
 	return sql, args
 }
@@ -247,7 +247,7 @@ func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence bool) 
 	head, count := "h.head", "(SELECT count(*) FROM (SELECT 1 FROM "+f.n.outbox+" LIMIT 1) o)"
 	with := ""
 	if sequence {
-		head, count, with = "greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0))", "(SELECT count(*) FROM i)", f.n.moveAll+"\n"
+		head, count, with = "greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0))", "(SELECT count(*) FROM i)", "WITH "+f.n.moveAll+"\n"
 	}
 	sql := with + `SELECT ` + head + `, ` + count + `, r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
 FROM (SELECT ` + f.n.headExpr + ` AS head) h

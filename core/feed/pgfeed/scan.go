@@ -15,7 +15,7 @@ import (
 )
 
 // scanChanges reads rows of (floor, pos, resource, op, key, scope, data,
-// origin); pos 0 marks the empty row of a LEFT JOIN. resource, if not
+// origin, prev); pos 0 marks the empty row of a LEFT JOIN. resource, if not
 // empty, overrides the column.
 //
 // Replay and tail read thousands of these per second, so the values are
@@ -73,7 +73,7 @@ func byPos(a, b feed.Change) int { return cmp.Compare(a.Pos, b.Pos) }
 // does for jsonb, usually text for the row).
 type layout struct {
 	op4       bool   // op is an int4 (coalesce widens it), else an int2
-	binaryRow bool   // data is jsonb in binary format: a version byte, then the text
+	binaryRow bool   // data and prev are jsonb in binary format: a version byte, then the text
 	resource  string // set: every row is of this resource; the column is not read
 }
 
@@ -81,7 +81,7 @@ type layout struct {
 // them.
 func layoutOf(fds []pgconn.FieldDescription) (layout, bool) {
 	var l layout
-	if len(fds) != 8 {
+	if len(fds) != 9 {
 		return l, false
 	}
 	isText := func(fd pgconn.FieldDescription) bool {
@@ -97,7 +97,7 @@ func layoutOf(fds []pgconn.FieldDescription) (layout, bool) {
 	default:
 		return l, false
 	}
-	if fds[6].DataTypeOID != pgtype.JSONBOID {
+	if fds[6].DataTypeOID != pgtype.JSONBOID || fds[8].DataTypeOID != pgtype.JSONBOID || fds[8].Format != fds[6].Format {
 		return l, false
 	}
 	l.binaryRow = fds[6].Format == pgtype.BinaryFormatCode
@@ -109,12 +109,25 @@ func layoutOf(fds []pgconn.FieldDescription) (layout, bool) {
 func scanChange(rows pgx.Rows, floor *int64, c *feed.Change) (int64, error) {
 	var p int64
 	var op int16
-	var data []byte // not json.RawMessage, which pgx would re-validate with encoding/json
-	if err := rows.Scan(floor, &p, &c.Resource, &op, &c.Key, &c.Scope, &data, &c.Origin); err != nil {
+	var data, prev []byte // not json.RawMessage, which pgx would re-validate with encoding/json
+	if err := rows.Scan(floor, &p, &c.Resource, &op, &c.Key, &c.Scope, &data, &c.Origin, &prev); err != nil {
 		return 0, err
 	}
 	c.Row, c.Op = data, feed.Op(op)
+	setPrev(c, prev)
 	return p, nil
+}
+
+// setPrev records the stored previous version: NULL (nil) is not recorded,
+// JSON null is none.
+func setPrev(c *feed.Change, prev []byte) {
+	if prev == nil {
+		return
+	}
+	c.PrevKnown = true
+	if string(prev) != "null" {
+		c.Prev = prev
+	}
 }
 
 var errBadBinary = errors.New("pgfeed: unexpected binary value in a change row")
@@ -122,7 +135,7 @@ var errBadBinary = errors.New("pgfeed: unexpected binary value in a change row")
 // decode decodes one row's raw values into c, copying what it keeps into
 // mem (RawValues are reused by the next row). NULL is a nil value.
 func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change, mem *slab) (int64, error) {
-	if len(vals) != 8 || len(vals[0]) != 8 || len(vals[1]) != 8 {
+	if len(vals) != 9 || len(vals[0]) != 8 || len(vals[1]) != 8 {
 		return 0, errBadBinary
 	}
 	*floor = int64(binary.BigEndian.Uint64(vals[0]))
@@ -147,17 +160,32 @@ func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change, mem *slab) (
 		return 0, err
 	}
 	c.Scope = scope
-	if d := vals[6]; d != nil {
-		if l.binaryRow {
-			if len(d) == 0 || d[0] != 1 { // jsonb binary format: version 1, then the text
-				return 0, fmt.Errorf("%w: jsonb version", errBadBinary)
-			}
-			d = d[1:]
-		}
-		c.Row = mem.bytes(d)
+	row, err := l.jsonb(vals[6], mem)
+	if err != nil {
+		return 0, err
 	}
+	c.Row = row
 	c.Origin = mem.string(vals[7])
+	prev, err := l.jsonb(vals[8], mem)
+	if err != nil {
+		return 0, err
+	}
+	setPrev(c, prev)
 	return p, nil
+}
+
+// jsonb returns the text of a jsonb value, copied into mem; nil for NULL.
+func (l layout) jsonb(d []byte, mem *slab) ([]byte, error) {
+	if d == nil {
+		return nil, nil
+	}
+	if l.binaryRow {
+		if len(d) == 0 || d[0] != 1 { // jsonb binary format: version 1, then the text
+			return nil, fmt.Errorf("%w: jsonb version", errBadBinary)
+		}
+		d = d[1:]
+	}
+	return mem.bytes(d), nil
 }
 
 // decodeTextArray decodes a one-dimensional text[] in binary format:

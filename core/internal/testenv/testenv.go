@@ -123,6 +123,50 @@ func PostgresConfig(t testing.TB, tune func(cfg *pgxpool.Config)) (*pgxpool.Pool
 	return pool, schema
 }
 
+// PostgresDatabase creates a fresh, empty database of this test's own on
+// the test server and returns its URL; the database is dropped (its
+// sessions ended) when the test ends. For tests of code that uses fixed
+// schema names, such as tide's default "tide" schema.
+func PostgresDatabase(t testing.TB) string {
+	t.Helper()
+	dsn := DatabaseURL()
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("testenv: %s=%q is not a valid Postgres URL: %v", DatabaseURLEnv, redact(dsn), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	admin, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		unavailable(t, "Postgres", DatabaseURLEnv, redact(dsn), err)
+		return "" // not reached
+	}
+	defer admin.Close(context.Background())
+	name := SchemaPrefix + randomName(12)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testenv: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			t.Errorf("testenv: drop database %s: connect: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("testenv: %s=%q: %v", DatabaseURLEnv, redact(dsn), err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
 // dropSchemas drops every schema whose name starts with prefix.
 func dropSchemas(t testing.TB, cc *pgx.ConnConfig, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
