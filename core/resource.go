@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -59,6 +61,17 @@ type Resource[T any] struct {
 	// authz.RowFilter for the rules a filter must follow. Zero value: every
 	// row of an allowed scope is visible.
 	Filter authz.RowFilter[T]
+	// DependsOn lists the synced resources whose rows Authorize reads (a
+	// todos policy that looks up memberships). When a change of one of
+	// them commits, every node runs the policy again for the subscriptions
+	// the change may concern, and ends those it now denies as Reauthorize
+	// does, with no call from the app (see Dependency for how a change is
+	// narrowed to the subscriptions it concerns, and docs/authorization.md
+	// for the bound). Register refuses a wrong list with a
+	// *DependencyError. Zero value: the policy depends on nothing but the
+	// principal and the conditions; call Reauthorize when what it reads
+	// changes.
+	DependsOn []Dependency
 }
 
 // resource is the engine's untyped view of a registered resource.
@@ -69,6 +82,9 @@ type resource struct {
 	filter *rowFilter   // nil: every row is visible
 
 	mutators map[string]*mutator // guarded by Engine.mu
+
+	dependsOn []Dependency  // as declared; resolved by addResource
+	followGen atomic.Uint64 // moves when a change of a resource it depends on is noted (recheck.go)
 }
 
 // Table is a registered resource. Its write methods write through the
@@ -82,7 +98,8 @@ type Table[T any] struct {
 
 // Register declares a resource on the engine. It validates the struct and
 // returns an error wrapping protocol.ErrNoPrimaryKey, protocol.ErrBadTag, protocol.ErrUnsupportedType,
-// ErrInvalidResource or ErrDuplicateResource when the declaration is wrong.
+// ErrInvalidResource or ErrDuplicateResource when the declaration is wrong
+// (a wrong DependsOn is a *DependencyError, which wraps ErrInvalidResource).
 // Resources may be registered before or after the engine starts serving.
 func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	c, err := protocol.CodecFor(reflect.TypeFor[T]())
@@ -108,7 +125,7 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 		return nil, fmt.Errorf("tide: register %s: %w: name: %v", r.Table, ErrInvalidResource, err)
 	}
 	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}
-	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize)}
+	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize), dependsOn: slices.Clone(r.DependsOn)}
 	if r.Filter != nil {
 		res.filter = newRowFilter(c, r.Filter, e.cfg.Logger.With("resource", name))
 	}
