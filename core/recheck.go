@@ -94,6 +94,7 @@ func (h *hub) followInterest(s *feed.Schema) {
 func (f *follower) started(ctx context.Context, pos feed.Position) {
 	f.mu.Lock()
 	f.done, f.pend.upTo = pos, pos
+	f.broadcastLocked()
 	f.mu.Unlock()
 	m := f.edges.Load()
 	if m == nil {
