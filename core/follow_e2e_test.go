@@ -68,6 +68,14 @@ func newFollowNode(t *testing.T, f feed.Feed, dep core.Dependency) *followNode {
 	if _, err := core.Register(e, res); err != nil {
 		t.Fatal(err)
 	}
+	n.url = serveEngine(t, e)
+	return n
+}
+
+// serveEngine serves e on loopback with the header principal of these
+// tests, shuts it down when the test ends, and returns its WebSocket URL.
+func serveEngine(t *testing.T, e *core.Engine) string {
+	t.Helper()
 	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -77,8 +85,7 @@ func newFollowNode(t *testing.T, f feed.Feed, dep core.Dependency) *followNode {
 		}
 		ts.Close()
 	})
-	n.url = "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
-	return n
+	return "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
 }
 
 func member(user, projectID string) membership {
@@ -211,10 +218,7 @@ func TestFollowChangeDuringPolicy(t *testing.T) {
 	if _, err := core.Register(e, core.Resource[todo]{Table: "todos", Authorize: policy, DependsOn: []core.Dependency{followedTodos}}); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
-	t.Cleanup(ts.Close)
-	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
-	n := &followNode{e: e, members: members, url: "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"}
+	n := &followNode{e: e, members: members, url: serveEngine(t, e)}
 	ctx := context.Background()
 	if err := members.Upsert(ctx, member("alice", "p7")); err != nil {
 		t.Fatal(err)
