@@ -61,6 +61,14 @@ type Resource[T any] struct {
 	// authz.RowFilter for the rules a filter must follow. Zero value: every
 	// row of an allowed scope is visible.
 	Filter authz.RowFilter[T]
+	// FilterColumns names the columns Filter reads. A feed that records
+	// the previous version of a changed row (to send a hidden upsert's
+	// delete only to those who saw the version before) may then keep only
+	// these columns of it (feed.Schema.PrevColumns); a filter that reads
+	// another column would see its zero value there, so list every column
+	// it reads. Register refuses a name that is not a column, a name listed
+	// twice, or FilterColumns without Filter. Zero value: every column.
+	FilterColumns []string
 	// DependsOn lists the synced resources whose rows Authorize reads (a
 	// todos policy that looks up memberships). When a change of one of
 	// them commits, every node runs the policy again for the subscriptions
@@ -126,13 +134,49 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	}
 	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}
 	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize), dependsOn: slices.Clone(r.DependsOn)}
-	if r.Filter != nil {
+	switch {
+	case r.Filter != nil:
+		cols, err := filterColumns(schema, r.FilterColumns)
+		if err != nil {
+			return nil, fmt.Errorf("tide: register %s: %w: FilterColumns: %v", r.Table, ErrInvalidResource, err)
+		}
+		schema.PrevColumns = cols
 		res.filter = newRowFilter(c, r.Filter, e.cfg.Logger.With("resource", name))
+		for _, i := range cols {
+			res.filter.prevCols = append(res.filter.prevCols, schema.Columns[i].Name)
+		}
+	case len(r.FilterColumns) > 0:
+		return nil, fmt.Errorf("tide: register %s: %w: FilterColumns without a Filter", r.Table, ErrInvalidResource)
 	}
 	if err := e.addResource(res); err != nil {
 		return nil, err
 	}
 	return &Table[T]{e: e, res: res}, nil
+}
+
+// filterColumns returns the indexes of the named columns in declared
+// order, or of every column if names is empty.
+func filterColumns(s *feed.Schema, names []string) ([]int, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		if want[n] {
+			return nil, fmt.Errorf("column %q is listed twice", n)
+		}
+		want[n] = true
+	}
+	var out []int
+	for i, col := range s.Columns {
+		if len(names) == 0 || want[col.Name] {
+			out = append(out, i)
+			delete(want, col.Name)
+		}
+	}
+	for _, n := range names {
+		if want[n] {
+			return nil, fmt.Errorf("%q is not a column", n)
+		}
+	}
+	return out, nil
 }
 
 // Name returns the resource's wire name.
@@ -144,6 +188,7 @@ func (t *Table[T]) Schema() *feed.Schema {
 	s := *t.res.schema
 	s.Columns = append([]protocol.Column(nil), s.Columns...)
 	s.Scope = append([]int(nil), s.Scope...)
+	s.PrevColumns = slices.Clone(s.PrevColumns)
 	return &s
 }
 

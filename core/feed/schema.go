@@ -11,6 +11,11 @@ type Schema struct {
 	Columns []protocol.Column // declared columns, in struct field order
 	Key     int               // index in Columns of the primary key
 	Scope   []int             // indexes in Columns of the scope columns, in declared order
+	// PrevColumns are the indexes in Columns of what the engine reads of a
+	// row's previous version (Change.Prev): the columns the resource's row
+	// filter reads, in declared order. Empty: the resource has no row
+	// filter, and a feed need not record previous versions for it.
+	PrevColumns []int
 	// Type is the Go type declaring the resource ("main.Todo"), for
 	// messages; "" in a schema built by hand.
 	Type string
