@@ -101,7 +101,12 @@ func (f *follower) started(ctx context.Context, pos feed.Position) {
 		return
 	}
 	f.bumpAll(*m)
-	_ = f.e.syncInterest(ctx) // the followed resources' topics, early; a failure is retried by the next subscription
+	// The followed resources' topics, early. A failure (or a bus slower
+	// than this) is retried by the next subscription, which needs them
+	// before it reads its high-water anyway.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = f.e.syncInterest(ctx)
 }
 
 func (f *follower) bumpAll(m map[string][]*depEdge) {
