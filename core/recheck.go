@@ -210,6 +210,9 @@ func (rs *recheckSet) addChange(ed *depEdge, c *feed.Change) {
 		return
 	}
 	t, key, ok := ed.target(c)
+	if _, dup := rr.targets[key]; ok && dup {
+		return
+	}
 	if !ok || len(rr.targets) >= maxTargets {
 		rr.all, rr.targets = true, nil
 		return
