@@ -66,7 +66,8 @@ func (e *Engine) revokeLocal(principalID string) int {
 // closed; the client retries with backoff). Connections stay open.
 //
 // What is read again: whatever the policies read when they run now (the
-// app's tables, say), and the token grants. What is not: the principal. Each
+// app's tables, say); the grants of the connection's principal are checked
+// again too. What is not read again: the principal itself. Each
 // connection keeps the principal it has: for a token connection, the id,
 // claims and grants of its latest valid token (hello or refresh); for a
 // cookie connection, those the app's principal hook returned when the
