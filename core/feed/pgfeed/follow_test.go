@@ -6,8 +6,6 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
 )
@@ -18,16 +16,8 @@ import (
 // once Migrate captures it, the subscription is served.
 func TestFollowedNotCaptured(t *testing.T) {
 	t.Parallel()
-	pool, name := testenv.PostgresSchema(t)
 	ctx := testCtx(t)
-	if _, err := pool.Exec(ctx, tItemsDDL+"; CREATE TABLE late_notes (id text PRIMARY KEY, title text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide", Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := lateNotesFeed(t)
 	e, err := core.New(core.Config{Feed: f, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
