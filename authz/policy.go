@@ -26,8 +26,11 @@ type Request struct {
 // database lookup) and must honour ctx.
 //
 // tide runs a resource's policy once per subscribe (and per poll request),
-// never per change: a decision that depends on data which can change while a
-// subscription lives must be re-checked with core's Engine.Reauthorize.
+// never per change of the subscription's rows. A decision that depends on
+// data which can change while a subscription lives must be re-checked: when
+// that data is a synced resource, declare it (core's Resource.DependsOn) and
+// tide re-runs the policy when it changes; otherwise call core's
+// Engine.Reauthorize.
 //
 // Custom policies are plain functions; the helpers below build the common
 // ones and combine them.

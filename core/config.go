@@ -79,6 +79,10 @@ type Config struct {
 	// others' catch-ups go on meanwhile. The anonymous principal has only
 	// MaxCatchUps. Zero value means 4; it is capped at MaxCatchUps.
 	MaxCatchUpsPerPrincipal int
+	// RecheckRate bounds the policies per second this node runs again
+	// because a resource they depend on changed (Resource.DependsOn); more
+	// wait their turn. Zero value means 1000.
+	RecheckRate int
 
 	// MaxFrameBytes bounds a client frame. Zero value means 64 KiB.
 	MaxFrameBytes int
@@ -154,6 +158,7 @@ func (c Config) withDefaults() Config {
 	setInt(&c.ReplayCache, 16384)
 	setInt(&c.MaxCatchUps, 16)
 	setInt(&c.MaxCatchUpsPerPrincipal, 4)
+	setInt(&c.RecheckRate, 1000)
 	c.MaxCatchUpsPerPrincipal = min(c.MaxCatchUpsPerPrincipal, c.MaxCatchUps)
 	setInt(&c.MaxFrameBytes, 64<<10)
 	setInt(&c.MaxSubscriptions, 256)
@@ -190,6 +195,7 @@ func (c Config) validate() error {
 	positive("ReplayCache", c.ReplayCache)
 	positive("MaxCatchUps", c.MaxCatchUps)
 	positive("MaxCatchUpsPerPrincipal", c.MaxCatchUpsPerPrincipal)
+	positive("RecheckRate", c.RecheckRate)
 	positive("MaxFrameBytes", c.MaxFrameBytes)
 	positive("MaxSubscriptions", c.MaxSubscriptions)
 	positive("MaxConditions", c.MaxConditions)

@@ -31,6 +31,7 @@ type Engine struct {
 	auth   *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
 	revs   *revSync        // revocations to and from the other nodes (revsync.go)
 	limits *catchUpLimiter // concurrent catch-up reads (catchuplimit.go)
+	follow *follower       // policy re-checks when what they read changes (recheck.go)
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
 
@@ -76,6 +77,7 @@ func New(cfg Config) (*Engine, error) {
 	e.auth = newTokenTimers(ctx, cfg.Clock)
 	e.revs = newRevSync(e)
 	e.limits = newCatchUpLimiter(cfg.MaxCatchUps, cfg.MaxCatchUpsPerPrincipal)
+	e.follow = newFollower(e)
 	return e, nil
 }
 
@@ -102,6 +104,11 @@ func (e *Engine) addResource(r *resource) error {
 	if _, dup := e.resources[r.schema.Name]; dup {
 		return fmt.Errorf("tide: register %s: %w", r.schema.Name, ErrDuplicateResource)
 	}
+	edges, err := resolveDependencies(r, r.dependsOn, e.resources)
+	if err != nil {
+		return err
+	}
+	e.follow.addEdges(edges)
 	e.resources[r.schema.Name] = r
 	return nil
 }
@@ -123,10 +130,11 @@ func (e *Engine) start() bool {
 	if !e.started {
 		e.started = true
 		e.stats.tailStarts.Add(1)
-		e.wg.Add(3)
+		e.wg.Add(4)
 		go e.tailLoop()
 		go e.pingLoop()
 		go e.revs.start()
+		go e.follow.run()
 	}
 	return true
 }

@@ -12,6 +12,10 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/memfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
@@ -22,23 +26,93 @@ import (
 // from the start, catches up mid-way (snapshot, then replay) or resumes
 // from a cursor (replay); and every copy converges to the rows it may see.
 // Keys "h…" are private to mallory throughout; the others change at random.
+// It holds as well with a feed that records, of each previous version, only
+// the columns the filter declares (FilterColumns), and on the Postgres feed,
+// whose capture records the previous versions, with and without them.
 func TestHiddenKeysProperty(t *testing.T) {
 	for seed := range uint64(8) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { testHiddenKeys(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { testHiddenKeys(t, seed, "memory", false) })
+		t.Run(fmt.Sprint(seed, "/filter columns"), func(t *testing.T) { testHiddenKeys(t, seed, "memory", true) })
+	}
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("postgres/", seed), func(t *testing.T) { testHiddenKeys(t, seed, "postgres", false) })
+		t.Run(fmt.Sprint("postgres/", seed, "/filter columns"), func(t *testing.T) { testHiddenKeys(t, seed, "postgres", true) })
 	}
 }
 
-func testHiddenKeys(t *testing.T, seed uint64) {
+// prevColumnsFeed is an in-memory feed that keeps, of each previous
+// version, only the columns the filter reads, as a feed may.
+type prevColumnsFeed struct {
+	*memfeed.Feed
+	keep []string
+}
+
+func (f prevColumnsFeed) Tail(ctx context.Context, after feed.Position, limit int) ([]feed.Change, error) {
+	cs, err := f.Feed.Tail(ctx, after, limit)
+	return f.project(cs), err
+}
+
+func (f prevColumnsFeed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, error) {
+	cs, err := f.Feed.Replay(ctx, q)
+	return f.project(cs), err
+}
+
+func (f prevColumnsFeed) project(cs []feed.Change) []feed.Change {
+	out := slices.Clone(cs) // the feed's changes are shared: never modified
+	for i := range out {
+		if len(out[i].Prev) == 0 {
+			continue
+		}
+		var all map[string]json.RawMessage
+		if err := json.Unmarshal(out[i].Prev, &all); err != nil {
+			panic(err)
+		}
+		kept := map[string]json.RawMessage{}
+		for _, k := range f.keep {
+			kept[k] = all[k]
+		}
+		out[i].Prev, _ = json.Marshal(kept)
+	}
+	return out
+}
+
+func testHiddenKeys(t *testing.T, seed uint64, backend string, narrow bool) {
 	rng := rand.New(rand.NewPCG(seed, 16))
-	e, err := core.New(core.Config{})
+	cfg := core.Config{}
+	var filterCols []string
+	if narrow {
+		filterCols = []string{"owner", "private"}
+		if backend == "memory" {
+			cfg.Feed = prevColumnsFeed{Feed: memfeed.New(memfeed.Options{}), keep: filterCols}
+		}
+	}
+	var pf *pgfeed.Feed
+	if backend == "postgres" {
+		pool, name := testenv.PostgresSchema(t)
+		if _, err := pool.Exec(context.Background(), "CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, owner text NOT NULL, private boolean NOT NULL)"); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if pf, err = pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide"}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pf.Close() })
+		cfg.Feed = pf
+	}
+	e, err := core.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	visible := func(p string, r ownTodo) bool { return !r.Private || r.Owner == p }
 	tbl, err := core.Register(e, core.Resource[ownTodo]{Table: "todos", Authorize: projects,
-		Filter: func(p authz.Principal, r *ownTodo) bool { return visible(p.ID, *r) }})
+		Filter: func(p authz.Principal, r *ownTodo) bool { return visible(p.ID, *r) }, FilterColumns: filterCols})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if pf != nil {
+		if err := pf.Migrate(context.Background(), e.Schemas()...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
 	t.Cleanup(func() {

@@ -92,6 +92,7 @@ func (e *Engine) syncInterest(ctx context.Context) error {
 	covered, err := in.bus.AddInterest(ctx, adds)
 	if err == nil {
 		e.hub.advance(covered)
+		e.follow.covered(adds)
 	}
 	if err != nil {
 		// The bus does not have them: whoever needs them next retries.
@@ -116,6 +117,7 @@ func (e *Engine) joinHub(s *subscription) error {
 		e.hub.remove(s)
 		return err
 	}
+	e.follow.joined(s)
 	return nil
 }
 

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -59,6 +61,25 @@ type Resource[T any] struct {
 	// authz.RowFilter for the rules a filter must follow. Zero value: every
 	// row of an allowed scope is visible.
 	Filter authz.RowFilter[T]
+	// FilterColumns names the columns Filter reads. A feed that records
+	// the previous version of a changed row (to send a hidden upsert's
+	// delete only to those who saw the version before) may then keep only
+	// these columns of it (feed.Schema.PrevColumns); a filter that reads
+	// another column would see its zero value there, so list every column
+	// it reads. Register refuses a name that is not a column, a name listed
+	// twice, or FilterColumns without Filter. Zero value: every column.
+	FilterColumns []string
+	// DependsOn lists the synced resources whose rows Authorize reads (a
+	// todos policy that looks up memberships). When a change of one of
+	// them commits, every node runs the policy again for the subscriptions
+	// the change may concern, and ends those it now denies as Reauthorize
+	// does, with no call from the app (see Dependency for how a change is
+	// narrowed to the subscriptions it concerns, and docs/authorization.md
+	// for the bound). Register refuses a wrong list with a
+	// *DependencyError. Zero value: the policy depends on nothing but the
+	// principal and the conditions; call Reauthorize when what it reads
+	// changes.
+	DependsOn []Dependency
 }
 
 // resource is the engine's untyped view of a registered resource.
@@ -69,6 +90,9 @@ type resource struct {
 	filter *rowFilter   // nil: every row is visible
 
 	mutators map[string]*mutator // guarded by Engine.mu
+
+	dependsOn []Dependency  // as declared; resolved by addResource
+	followGen atomic.Uint64 // moves when a change of a resource it depends on is noted (recheck.go)
 }
 
 // Table is a registered resource. Its write methods write through the
@@ -82,7 +106,8 @@ type Table[T any] struct {
 
 // Register declares a resource on the engine. It validates the struct and
 // returns an error wrapping protocol.ErrNoPrimaryKey, protocol.ErrBadTag, protocol.ErrUnsupportedType,
-// ErrInvalidResource or ErrDuplicateResource when the declaration is wrong.
+// ErrInvalidResource or ErrDuplicateResource when the declaration is wrong
+// (a wrong DependsOn is a *DependencyError, which wraps ErrInvalidResource).
 // Resources may be registered before or after the engine starts serving.
 func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	c, err := protocol.CodecFor(reflect.TypeFor[T]())
@@ -107,15 +132,51 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	if err := protocol.ValidIdent(name); err != nil {
 		return nil, fmt.Errorf("tide: register %s: %w: name: %v", r.Table, ErrInvalidResource, err)
 	}
-	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String(), Prev: r.Filter != nil}
-	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize)}
-	if r.Filter != nil {
+	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}
+	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize), dependsOn: slices.Clone(r.DependsOn)}
+	switch {
+	case r.Filter != nil:
+		cols, err := filterColumns(schema, r.FilterColumns)
+		if err != nil {
+			return nil, fmt.Errorf("tide: register %s: %w: FilterColumns: %v", r.Table, ErrInvalidResource, err)
+		}
+		schema.PrevColumns = cols
 		res.filter = newRowFilter(c, r.Filter, e.cfg.Logger.With("resource", name))
+		for _, i := range cols {
+			res.filter.prevCols = append(res.filter.prevCols, schema.Columns[i].Name)
+		}
+	case len(r.FilterColumns) > 0:
+		return nil, fmt.Errorf("tide: register %s: %w: FilterColumns without a Filter", r.Table, ErrInvalidResource)
 	}
 	if err := e.addResource(res); err != nil {
 		return nil, err
 	}
 	return &Table[T]{e: e, res: res}, nil
+}
+
+// filterColumns returns the indexes of the named columns in declared
+// order, or of every column if names is empty.
+func filterColumns(s *feed.Schema, names []string) ([]int, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		if want[n] {
+			return nil, fmt.Errorf("column %q is listed twice", n)
+		}
+		want[n] = true
+	}
+	var out []int
+	for i, col := range s.Columns {
+		if len(names) == 0 || want[col.Name] {
+			out = append(out, i)
+			delete(want, col.Name)
+		}
+	}
+	for _, n := range names {
+		if want[n] {
+			return nil, fmt.Errorf("%q is not a column", n)
+		}
+	}
+	return out, nil
 }
 
 // Name returns the resource's wire name.
@@ -127,6 +188,7 @@ func (t *Table[T]) Schema() *feed.Schema {
 	s := *t.res.schema
 	s.Columns = append([]protocol.Column(nil), s.Columns...)
 	s.Scope = append([]int(nil), s.Scope...)
+	s.PrevColumns = slices.Clone(s.PrevColumns)
 	return &s
 }
 

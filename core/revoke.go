@@ -60,17 +60,25 @@ func (e *Engine) revokeLocal(principalID string) int {
 }
 
 // Reauthorize runs the resource policies again for every active
-// subscription of the principal with this id (as it is now: a refreshed
-// token's claims and grants count) and ends each one that is now denied with
-// an error frame carrying the subscription's id: "forbidden" or
+// subscription of the principal with this id and ends each one that is now
+// denied with an error frame carrying the subscription's id: "forbidden" or
 // "unauthenticated", or "unavailable" if the policy failed (tide fails
-// closed; the client retries with backoff). Connections stay open. What a
-// policy reads is what it reads now (the app's tables, say), with the
-// principal of each connection: the claims and grants of its latest token,
-// or, for a cookie principal, those the app gave at connect time.
+// closed; the client retries with backoff). Connections stay open.
 //
-// Policies run once per subscribe; call Reauthorize when data a policy
-// reads changes, such as a membership removed from the database. It blocks
+// What is read again: whatever the policies read when they run now (the
+// app's tables, say); the grants of the connection's principal are checked
+// again too. What is not read again: the principal itself. Each
+// connection keeps the principal it has: for a token connection, the id,
+// claims and grants of its latest valid token (hello or refresh); for a
+// cookie connection, those the app's principal hook returned when the
+// connection was accepted. A cookie session's changed claims count from its
+// next connection; to apply them now, end the connections with Revoke.
+// Row filters read the same principal, change by change.
+//
+// Policies run once per subscribe. A policy that reads synced resources can
+// declare them (Resource.DependsOn) and is re-run by itself when they
+// change; call Reauthorize when other data a policy reads changes, such as
+// a membership removed from a table tide does not sync. It blocks
 // while the policies of this node run and returns the number of
 // subscriptions it ended here; if ctx ends first it returns ctx's error,
 // leaving the subscriptions not yet checked as they were. When the feed
@@ -152,23 +160,36 @@ func (c *conn) reauthorize(ctx context.Context) (int, error) {
 	c.mu.Unlock()
 	ended := 0
 	for _, s := range subs {
-		if s.isClosed() {
-			continue
+		gone, err := c.recheckSub(ctx, s, p)
+		if err != nil {
+			return ended, err
 		}
-		err := s.res.authorize(ctx, p, s.scope)
-		if err == nil {
-			continue
+		if gone {
+			ended++
 		}
-		if ctx.Err() != nil {
-			return ended, ctx.Err()
-		}
-		if s.isClosed() {
-			continue
-		}
-		c.failSub(s, err)
-		ended++
 	}
 	return ended, nil
+}
+
+// recheckSub runs s's policy again for p and ends s, with an error frame
+// carrying its id, if the policy now denies. It reports whether it ended
+// s; if ctx ends first it returns ctx's error and leaves s as it was.
+func (c *conn) recheckSub(ctx context.Context, s *subscription, p authz.Principal) (bool, error) {
+	if s.isClosed() {
+		return false, nil
+	}
+	err := s.res.authorize(ctx, p, s.scope)
+	if err == nil {
+		return false, nil
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if s.isClosed() {
+		return false, nil
+	}
+	c.failSub(s, err)
+	return true, nil
 }
 
 // reauthorizeLater re-checks the connection's subscriptions on a goroutine

@@ -3,7 +3,6 @@ package core_test
 import (
 	"bytes"
 	"context"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/protocol"
-	"github.com/tidesync/tide/middleware"
 )
 
 // revNode is one engine of a cluster sharing a feed, with its own keyring
@@ -38,16 +36,7 @@ func newRevNode(t *testing.T, f feed.Feed, policy authz.Policy) *revNode {
 	if _, err := core.Register(e, core.Resource[todo]{Table: "todos", Authorize: policy}); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := e.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		ts.Close()
-	})
-	return &revNode{e: e, kr: kr, url: "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"}
+	return &revNode{e: e, kr: kr, url: serveEngine(t, e)}
 }
 
 func (n *revNode) mint(t *testing.T, p authz.Principal) string {

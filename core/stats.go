@@ -28,6 +28,9 @@ type counters struct {
 	catchUpsRunning atomic.Int64
 	catchUpsWaiting atomic.Int64
 	catchUpsQueued  atomic.Int64
+
+	policyRechecks atomic.Int64
+	rechecksEnded  atomic.Int64
 }
 
 // Stats is a snapshot of an engine's counters.
@@ -54,6 +57,9 @@ type Stats struct {
 	CatchUpsRunning int64 // catch-up feed reads (replay or snapshot pages) running now
 	CatchUpsWaiting int64 // catch-up feed reads waiting for a slot now (MaxCatchUps, MaxCatchUpsPerPrincipal)
 	CatchUpsQueued  int64 // catch-up feed reads that had to wait for a slot, since start
+
+	PolicyRechecks int64 // policies run again because a resource they depend on changed (Resource.DependsOn)
+	RechecksEnded  int64 // subscriptions those re-checks ended
 }
 
 // Stats returns the engine's counters.
@@ -82,5 +88,8 @@ func (e *Engine) Stats() Stats {
 		CatchUpsRunning: s.catchUpsRunning.Load(),
 		CatchUpsWaiting: s.catchUpsWaiting.Load(),
 		CatchUpsQueued:  s.catchUpsQueued.Load(),
+
+		PolicyRechecks: s.policyRechecks.Load(),
+		RechecksEnded:  s.rechecksEnded.Load(),
 	}
 }

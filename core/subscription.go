@@ -50,6 +50,8 @@ type subscription struct {
 	// advance).
 	advanceTo feed.Position
 
+	followGen uint64 // res.followGen when the policy ran (recheck.go)
+
 	// Owned by the goroutine that runs catch-up (observer.go).
 	trace      context.Context // carries the span of the subscribe or resync
 	roundStart time.Time
@@ -99,6 +101,7 @@ func (s *subscription) start(req request) {
 }
 
 func (s *subscription) authorize() error {
+	s.followGen = s.res.followGen.Load()
 	return s.res.authorize(s.ctx, s.principal(), s.scope)
 }
 

@@ -42,6 +42,7 @@ func (e *Engine) tailLoop() {
 	}
 	e.setStartErr(nil)
 	e.hub.advance(pos)
+	e.follow.started(ctx, pos)
 	e.cfg.Observer.TailStarted(pos)
 	close(e.ready)
 	const batch = 1024
@@ -63,6 +64,7 @@ func (e *Engine) tailLoop() {
 					// subscription replays them, up to at least head.
 					e.hub.advance(head)
 					e.hub.desyncAll()
+					e.follow.skipped(head)
 					e.cfg.Observer.Desynced()
 					e.cfg.Observer.TailStarted(head)
 					continue
@@ -81,6 +83,7 @@ func (e *Engine) tailLoop() {
 		}
 		_, span := e.startSpan(ctx, "tide.tail.batch", IntAttr("tide.changes", int64(len(changes))))
 		e.hub.dispatch(changes)
+		e.follow.note(changes)
 		pos = changes[len(changes)-1].Pos
 		span.SetAttrs(IntAttr("tide.position", int64(pos)))
 		span.End(nil)

@@ -127,15 +127,15 @@ func (f *rowFilter) check(p authz.Principal, c *feed.Change, v *rowView) (visibl
 
 // checkPrev reports whether p may have seen the change's previous version
 // (Change.Prev, which the caller knows the feed recorded). No previous row:
-// false. A previous row that does not decode counts as seen, so the
-// subscriber drops whatever it may hold.
+// false. A previous row that does not decode, or lacks a column the filter
+// reads, counts as seen, so the subscriber drops whatever it may hold.
 func (f *rowFilter) checkPrev(p authz.Principal, c *feed.Change, v *rowView) bool {
 	if len(c.Prev) == 0 {
 		return false
 	}
 	if !v.prevDecoded {
 		v.prevDecoded = true
-		if row, err := f.decode(c.Prev); err == nil {
+		if row, err := f.decodePrev(c.Prev); err == nil {
 			v.prev = row
 		}
 	}
@@ -143,6 +143,22 @@ func (f *rowFilter) checkPrev(p authz.Principal, c *feed.Change, v *rowView) boo
 		return true
 	}
 	return f.call(p, v.prev)
+}
+
+// decodePrev decodes a previous version, which a feed may have recorded
+// with only the filter's columns: one that lacks any of them is refused,
+// so that the filter never decides on a zero value it did not get.
+func (f *rowFilter) decodePrev(row json.RawMessage) (any, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(row, &obj); err != nil {
+		return nil, err
+	}
+	for _, col := range f.prevCols {
+		if _, ok := obj[col]; !ok {
+			return nil, fmt.Errorf("the previous version lacks column %s", col)
+		}
+	}
+	return f.decode(row)
 }
 
 // call runs the filter; a panic hides the row (and is logged, sparsely).
@@ -182,11 +198,12 @@ func guardPolicy(policy authz.Policy) authz.Policy {
 // are decoded once per change (decode) and the result handed to every
 // subscriber's check (visible).
 type rowFilter struct {
-	decode  func(row json.RawMessage) (any, error)
-	visible func(p authz.Principal, row any) bool
-	log     *slog.Logger
-	panics  atomic.Int64
-	badRows atomic.Int64
+	decode   func(row json.RawMessage) (any, error)
+	visible  func(p authz.Principal, row any) bool
+	prevCols []string // what a previous version must hold (Schema.PrevColumns)
+	log      *slog.Logger
+	panics   atomic.Int64
+	badRows  atomic.Int64
 }
 
 func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.Logger) *rowFilter {

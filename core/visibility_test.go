@@ -2,7 +2,9 @@ package core
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tidesync/tide/authz"
@@ -113,5 +115,83 @@ func TestEntryForRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPreviousVersionColumns: a feed may record a row's previous version
+// with only the columns the filter reads (Schema.PrevColumns). A hidden
+// upsert then becomes a delete only for a subscriber who may have seen
+// that version; a previous version lacking one of those columns, or not a
+// JSON object, counts as seen by everyone (the delete goes to all it is
+// hidden from), so the filter never decides on a value it was not given.
+func TestPreviousVersionColumns(t *testing.T) {
+	type doc struct {
+		ID      string `tide:"id,pk"`
+		Org     string `tide:"org,scope"`
+		Owner   string `tide:"owner"`
+		Private bool   `tide:"private"`
+		Body    string `tide:"body"`
+	}
+	e := newTestEngine(t)
+	filter := func(p authz.Principal, d *doc) bool { return !d.Private || d.Owner == p.ID }
+	narrow, err := Register(e, Resource[doc]{Name: "narrow", Table: "narrow", Authorize: authz.Allow, Filter: filter, FilterColumns: []string{"private", "owner"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := Register(e, Resource[doc]{Name: "whole", Table: "whole", Authorize: authz.Allow, Filter: filter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := narrow.Schema().PrevColumns; fmt.Sprint(got) != "[2 3]" {
+		t.Fatalf("narrow PrevColumns %v, want [2 3] (owner, private in declared order)", got)
+	}
+	if got := whole.Schema().PrevColumns; fmt.Sprint(got) != "[0 1 2 3 4]" {
+		t.Fatalf("whole PrevColumns %v, want every column", got)
+	}
+	const del = `{"op":"delete","key":"d1"}`
+	// The new version is private to carol: hidden from alice.
+	now := json.RawMessage(`{"id":"d1","org":"o1","owner":"carol","private":true,"body":"x"}`)
+	cases := []struct {
+		name string
+		res  *Table[doc]
+		prev json.RawMessage
+		want string // what alice receives
+	}{
+		{"filter columns, was visible", narrow, json.RawMessage(`{"owner":"carol","private":false}`), del},
+		{"filter columns, was hidden", narrow, json.RawMessage(`{"owner":"carol","private":true}`), ""},
+		{"filter columns, was alice's", narrow, json.RawMessage(`{"owner":"alice","private":true}`), del},
+		{"a filter column missing", narrow, json.RawMessage(`{"private":true}`), del},
+		{"whole row, was hidden", whole, json.RawMessage(`{"id":"d1","org":"o1","owner":"carol","private":true,"body":"y"}`), ""},
+		{"only filter columns where every column is read", whole, json.RawMessage(`{"owner":"carol","private":true}`), del},
+		{"not an object", narrow, json.RawMessage(`[1]`), del},
+		{"a column of the wrong type", narrow, json.RawMessage(`{"owner":"carol","private":"yes"}`), del},
+		{"new in the scope", narrow, nil, ""},
+	}
+	for _, tc := range cases {
+		c := feed.Change{Pos: 1, Resource: tc.res.Name(), Op: feed.OpUpsert, Key: "d1", Scope: []string{"o1"}, Row: now, PrevKnown: true, Prev: tc.prev}
+		if got := string(tc.res.res.entryFor(authz.Principal{ID: "alice"}, &c, nil)); got != tc.want {
+			t.Errorf("%s: alice got %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestFilterColumnsRules: FilterColumns names existing columns once, and
+// only with a Filter.
+func TestFilterColumnsRules(t *testing.T) {
+	e := newTestEngine(t)
+	keep := func(authz.Principal, *filtered) bool { return true }
+	for _, tc := range []struct {
+		name string
+		r    Resource[filtered]
+		says string
+	}{
+		{"unknown column", Resource[filtered]{Table: "a", Filter: keep, FilterColumns: []string{"owner", "nope"}}, `"nope" is not a column`},
+		{"twice", Resource[filtered]{Table: "b", Filter: keep, FilterColumns: []string{"owner", "owner"}}, `"owner" is listed twice`},
+		{"without a filter", Resource[filtered]{Table: "c", FilterColumns: []string{"owner"}}, "FilterColumns without a Filter"},
+	} {
+		_, err := Register(e, tc.r)
+		if !errors.Is(err, ErrInvalidResource) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: err = %v, want ErrInvalidResource saying %q", tc.name, err, tc.says)
+		}
 	}
 }

@@ -50,4 +50,12 @@
 // It checks commit order under concurrent writers, moves and deletes,
 // replay paging and the pinned high-water, snapshots, retention and
 // ErrCursorExpired, the same way for every feed.
+//
+// Optionally, a feed records what an upsert's row was before it
+// (Change.PrevKnown and Change.Prev), so that a row filter's hidden upsert
+// is a delete only for the subscribers who may have seen the version
+// before. It needs to keep only the columns of Schema.PrevColumns (the
+// columns the resource's row filter reads), and nothing for a schema whose
+// PrevColumns is empty; the engine treats a Prev that lacks one of them as
+// seen by everyone. The NATS bus carries both fields as the feed set them.
 package feed

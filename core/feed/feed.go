@@ -48,13 +48,19 @@ type Change struct {
 
 	// PrevKnown, on an upsert, says the feed recorded what the row was in
 	// this scope just before it: Prev, the previous row as a JSON object
-	// like Row, or nil if the row did not exist in this scope (an insert,
-	// or the upsert half of a move between scopes). Row filters read it:
-	// an upsert a subscriber may not see becomes a delete only for the
-	// subscribers who may have seen the previous version, so the key of a
-	// row hidden from a subscriber all along never reaches it. A feed that
-	// does not record it leaves PrevKnown false, and such an upsert is a
-	// delete for every subscriber it is hidden from.
+	// keyed by column name, or nil if the row did not exist in this scope
+	// (an insert, or the upsert half of a move between scopes). Row
+	// filters read it: an upsert a subscriber may not see becomes a delete
+	// only for the subscribers who may have seen the previous version, so
+	// the key of a row hidden from a subscriber all along never reaches
+	// it. A feed that does not record it leaves PrevKnown false, and such
+	// an upsert is a delete for every subscriber it is hidden from.
+	//
+	// Prev needs only the columns of Schema.PrevColumns (a feed may keep
+	// just those, or the whole row); a Prev that lacks one of them, or does
+	// not decode, counts as a version every subscriber may have seen, so
+	// the delete goes to all it is hidden from, as without PrevKnown.
+	// Resources without a row filter never read it.
 	PrevKnown bool
 	Prev      json.RawMessage
 }

@@ -11,15 +11,14 @@ type Schema struct {
 	Columns []protocol.Column // declared columns, in struct field order
 	Key     int               // index in Columns of the primary key
 	Scope   []int             // indexes in Columns of the scope columns, in declared order
+	// PrevColumns are the indexes in Columns of what the engine reads of a
+	// row's previous version (Change.Prev): the columns the resource's row
+	// filter reads, in declared order. Empty: the resource has no row
+	// filter, and a feed need not record previous versions for it.
+	PrevColumns []int
 	// Type is the Go type declaring the resource ("main.Todo"), for
 	// messages; "" in a schema built by hand.
 	Type string
-	// Prev asks the feed to record, with each upsert, what the row was in
-	// its scope just before (Change.PrevKnown and Change.Prev), so a row
-	// filter can tell who may have seen the previous version. Package core
-	// sets it for resources with a row filter; it costs a copy of the old
-	// row in the change of every update.
-	Prev bool
 }
 
 // KeyColumn returns the primary key column.

@@ -34,10 +34,13 @@
 // of messages started), see HeaderEpoch. The body is the change as JSON:
 //
 //	{"pos":42,"resource":"todos","op":"upsert","key":"t1",
-//	 "scope":["p7"],"row":{...},"origin":"dev-1"}
+//	 "scope":["p7"],"row":{...},"origin":"dev-1",
+//	 "prev_known":true,"prev":{...}}
 //
 // op is "upsert" or "delete"; row (the new row, or the old one of a delete)
-// and origin are left out when empty.
+// and origin are left out when empty, and so are prev_known and prev: the
+// feed's record of an upsert's previous version (feed.Change.PrevKnown and
+// Prev), carried as the feed recorded it.
 //
 // # Guarantees
 //

@@ -48,6 +48,10 @@ type body struct {
 	Scope    []string        `json:"scope"`
 	Row      json.RawMessage `json:"row,omitempty"`
 	Origin   string          `json:"origin,omitempty"`
+	// PrevKnown and Prev carry Change.PrevKnown and Change.Prev (upserts
+	// only), left out when false and empty.
+	PrevKnown bool            `json:"prev_known,omitempty"`
+	Prev      json.RawMessage `json:"prev,omitempty"`
 }
 
 // tenantOf returns the tenant of a change: its first scope value, "" if its
@@ -64,10 +68,13 @@ func tenantOf(c *feed.Change) string {
 //	subject  <prefix>.change.<token(resource)>.<token(tenant)>
 //	headers  Nats-Msg-Id: <epoch>.<pos>   Tide-Epoch, Tide-Pos, Tide-Prev, Tide-Base
 //	body     {"pos":42,"resource":"todos","op":"upsert","key":"t1",
-//	          "scope":["p7"],"row":{...},"origin":"dev-1"}
+//	          "scope":["p7"],"row":{...},"origin":"dev-1",
+//	          "prev_known":true,"prev":{...}}
 //
-// op is "upsert" or "delete"; row (the new row, or the old one of a delete)
-// and origin are left out when empty. m.Pos must equal c.Pos.
+// op is "upsert" or "delete"; row (the new row, or the old one of a delete),
+// origin, prev_known and prev (the feed's record of an upsert's previous
+// version, Change.PrevKnown and Change.Prev) are left out when empty. m.Pos
+// must equal c.Pos.
 func encodeMessage(prefix string, c *feed.Change, m msgMeta) (*nats.Msg, error) {
 	if m.Pos != c.Pos {
 		return nil, fmt.Errorf("natsbus: meta position %d for a change at %d", m.Pos, c.Pos)
@@ -81,9 +88,12 @@ func encodeMessage(prefix string, c *feed.Change, m msgMeta) (*nats.Msg, error) 
 	if c.Resource == "" {
 		return nil, fmt.Errorf("natsbus: change at %d has no resource", c.Pos)
 	}
+	if (c.PrevKnown || len(c.Prev) > 0) && (c.Op != feed.OpUpsert || !c.PrevKnown) {
+		return nil, fmt.Errorf("natsbus: change at %d has a previous version, which only an upsert with PrevKnown has", c.Pos)
+	}
 	data, err := json.Marshal(body{
 		Pos: uint64(c.Pos), Resource: c.Resource, Op: c.Op.String(), Key: c.Key,
-		Scope: c.Scope, Row: c.Row, Origin: c.Origin,
+		Scope: c.Scope, Row: c.Row, Origin: c.Origin, PrevKnown: c.PrevKnown, Prev: c.Prev,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: encode change at %d: %w", c.Pos, err)
@@ -135,7 +145,9 @@ var errNotObject = errors.New("row is not a JSON object")
 
 // decodeMessage decodes a message made by encodeMessage. It checks the
 // headers (decodeMeta), that the body is a change at the headers' position
-// with a resource, a valid op and, if present, a row that is a JSON object.
+// with a resource, a valid op and, if present, a row that is a JSON object,
+// and a previous version only on an upsert that says it is known, as a
+// JSON object.
 // The subject is routing only and is not read: the body is the truth that
 // fan-out matches.
 func decodeMessage(h nats.Header, data []byte) (msgMeta, feed.Change, error) {
@@ -163,10 +175,24 @@ func decodeMessage(h nats.Header, data []byte) (msgMeta, feed.Change, error) {
 		return msgMeta{}, feed.Change{}, errors.New("natsbus: body: no resource")
 	}
 	if len(b.Row) > 0 {
-		if t := bytes.TrimLeft(b.Row, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		if !isObject(b.Row) {
 			return msgMeta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", errNotObject)
 		}
 		c.Row = b.Row
 	}
+	if b.PrevKnown || len(b.Prev) > 0 {
+		switch {
+		case c.Op != feed.OpUpsert || !b.PrevKnown:
+			return msgMeta{}, feed.Change{}, errors.New("natsbus: body: a previous version on a delete, or without prev_known")
+		case len(b.Prev) > 0 && !isObject(b.Prev):
+			return msgMeta{}, feed.Change{}, fmt.Errorf("natsbus: body: prev: %w", errNotObject)
+		}
+		c.PrevKnown, c.Prev = true, b.Prev
+	}
 	return m, c, nil
+}
+
+func isObject(raw json.RawMessage) bool {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	return len(t) > 0 && t[0] == '{'
 }

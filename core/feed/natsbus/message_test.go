@@ -18,6 +18,8 @@ func TestMessageRoundTrip(t *testing.T) {
 		{Pos: 8, Resource: "todos", Op: feed.OpDelete, Key: "t1", Scope: []string{"p.7"}, Row: json.RawMessage(`{"id":"t1"}`)},
 		{Pos: 9, Resource: "notes", Op: feed.OpUpsert, Key: "", Scope: nil, Row: json.RawMessage(`{}`)},
 		{Pos: 10, Resource: "notes", Op: feed.OpDelete, Key: "k"},
+		{Pos: 11, Resource: "todos", Op: feed.OpUpsert, Key: "t1", Scope: []string{"p7"}, Row: json.RawMessage(`{"id":"t1","private":true}`), PrevKnown: true, Prev: json.RawMessage(`{"private":false}`)},
+		{Pos: 12, Resource: "todos", Op: feed.OpUpsert, Key: "t2", Scope: []string{"p7"}, Row: json.RawMessage(`{"id":"t2"}`), PrevKnown: true},
 	} {
 		m := msgMeta{Epoch: "E1", Pos: c.Pos, Prev: c.Pos - 2, Base: 1}
 		msg, err := encodeMessage("tide", &c, m)
@@ -45,12 +47,12 @@ func TestMessageRoundTrip(t *testing.T) {
 }
 
 func sameChange(a, b feed.Change) bool {
-	ra, rb := a.Row, b.Row
-	a.Row, b.Row = nil, nil
+	ra, rb, pa, pb := a.Row, b.Row, a.Prev, b.Prev
+	a.Row, b.Row, a.Prev, b.Prev = nil, nil, nil, nil
 	if len(a.Scope) == 0 && len(b.Scope) == 0 {
 		a.Scope, b.Scope = nil, nil
 	}
-	return reflect.DeepEqual(a, b) && compactEq(ra, rb)
+	return reflect.DeepEqual(a, b) && compactEq(ra, rb) && compactEq(pa, pb)
 }
 
 func compactEq(a, b []byte) bool {
@@ -92,6 +94,18 @@ func TestDecodeRejects(t *testing.T) {
 			return []byte(`{"pos":5,"resource":"items","op":"upsert","key":"k","scope":["t1"],"row":[1]}`)
 		},
 		"not json": func(h nats.Header, b []byte) []byte { return []byte(`{`) },
+		"prev array": func(h nats.Header, b []byte) []byte {
+			return []byte(`{"pos":5,"resource":"items","op":"upsert","key":"k","row":{},"prev_known":true,"prev":[1]}`)
+		},
+		"prev null": func(h nats.Header, b []byte) []byte {
+			return []byte(`{"pos":5,"resource":"items","op":"upsert","key":"k","row":{},"prev_known":true,"prev":null}`)
+		},
+		"prev without prev_known": func(h nats.Header, b []byte) []byte {
+			return []byte(`{"pos":5,"resource":"items","op":"upsert","key":"k","row":{},"prev":{}}`)
+		},
+		"prev on a delete": func(h nats.Header, b []byte) []byte {
+			return []byte(`{"pos":5,"resource":"items","op":"delete","key":"k","prev_known":true}`)
+		},
 	} {
 		h, b := good()
 		b = mutate(h, b)
@@ -107,6 +121,9 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add("", "1", "0", "0", []byte(`{}`))
 	f.Add("E", "18446744073709551615", "1", "0", []byte(`{"pos":18446744073709551615,"resource":"r","op":"upsert","row":{"a":[1,2,{"b":null}]}}`))
 	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"upsert","row":"{}"}`))
+	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"upsert","row":{"a":1},"prev_known":true,"prev":{ "a" : 2 }}`))
+	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"upsert","row":{"a":1},"prev_known":true}`))
+	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"delete","prev_known":false,"prev":null}`))
 	f.Fuzz(func(t *testing.T, epoch, pos, prev, base string, body []byte) {
 		h := nats.Header{}
 		h.Set(HeaderEpoch, epoch)

@@ -102,7 +102,7 @@ $tide$`,
 		return []string{
 			`ALTER TABLE ` + n.meta + ` ADD COLUMN reserved bigint NOT NULL DEFAULT 0, ADD COLUMN boot timestamptz`,
 			// The previous version of an upserted row in its scope, for
-			// resources with a row filter (feed.Schema.Prev): a JSON object,
+			// resources with a row filter (feed.Schema.PrevColumns): a JSON object,
 			// JSON null for none (an insert, or the upsert half of a move),
 			// NULL where not recorded.
 			`ALTER TABLE ` + n.outbox + ` ADD COLUMN prev jsonb`,

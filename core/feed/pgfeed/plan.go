@@ -223,10 +223,24 @@ func (p *plan) valueExpr(alias string, i int) string {
 // jsonb_build_object takes at most 100 arguments, so wide rows are built in
 // chunks and concatenated.
 func (p *plan) rowExpr(alias string) string {
+	all := make([]int, len(p.cols))
+	for i := range all {
+		all[i] = i
+	}
+	return p.objectExpr(alias, all)
+}
+
+// prevExpr renders the row alias's previous-version object: the columns the
+// resource's row filter reads (feed.Schema.PrevColumns).
+func (p *plan) prevExpr(alias string) string { return p.objectExpr(alias, p.s.PrevColumns) }
+
+// objectExpr renders the row alias's columns cols as a jsonb object, in
+// chunks of 50 (jsonb_build_object takes at most 100 arguments).
+func (p *plan) objectExpr(alias string, cols []int) string {
 	var parts []string
-	for start := 0; start < len(p.cols); start += 50 {
+	for start := 0; start < len(cols); start += 50 {
 		var args []string
-		for i := start; i < min(start+50, len(p.cols)); i++ {
+		for _, i := range cols[start:min(start+50, len(cols))] {
 			args = append(args, quoteLit(p.s.Columns[i].Name), p.valueExpr(alias, i))
 		}
 		parts = append(parts, "jsonb_build_object("+strings.Join(args, ", ")+")")
@@ -274,8 +288,9 @@ func (f *Feed) truncateTrigger() string { return shortIdent(f.opts.Schema + "_no
 func (f *Feed) captureDDL(p *plan) []string {
 	n := f.n
 	fn := n.schema + "." + pgx.Identifier{captureFunc(p.s.Name)}.Sanitize()
+	prevs := len(p.s.PrevColumns) > 0
 	cols := "resource, op, key, scope, data, origin"
-	if p.s.Prev {
+	if prevs {
 		cols += ", prev"
 	}
 	target := n.outbox + " (" + cols + ") VALUES ("
@@ -287,9 +302,10 @@ func (f *Feed) captureDDL(p *plan) []string {
 		doorbell = "PERFORM pg_catalog.pg_notify(" + quoteLit(n.channel) + ", '');"
 	}
 	// prev is the previous version of an upserted row in its scope, for a
-	// resource that records it (JSON null for none; NULL for a delete).
+	// resource with a row filter: the columns the filter reads, JSON null
+	// for none (NULL for a delete).
 	insert := func(op int, alias, prev string) string {
-		if !p.s.Prev {
+		if !prevs {
 			prev = ""
 		} else if op == int(feed.OpDelete) {
 			prev = ", NULL"
@@ -310,7 +326,7 @@ BEGIN
       ` + insert(int(feed.OpDelete), "OLD", "") + `
       ` + insert(int(feed.OpUpsert), "NEW", none) + `
     ELSE
-      ` + insert(int(feed.OpUpsert), "NEW", p.rowExpr("OLD")) + `
+      ` + insert(int(feed.OpUpsert), "NEW", p.prevExpr("OLD")) + `
     END IF;
   ELSE
     ` + insert(int(feed.OpUpsert), "NEW", none) + `

@@ -52,6 +52,22 @@ func serveEngine(t *testing.T, e *core.Engine) string {
 	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"
 }
 
+// lateNotesFeed returns a feed on a schema of the test's own, with the
+// tables e2e_items and late_notes and nothing migrated.
+func lateNotesFeed(t *testing.T) *pgfeed.Feed {
+	t.Helper()
+	pool, name := testenv.PostgresSchema(t)
+	if _, err := pool.Exec(testCtx(t), tItemsDDL+"; CREATE TABLE late_notes (id text PRIMARY KEY, title text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 type lateNote struct {
 	ID    string `tide:"id,pk"`
 	Title string `tide:"title"`
@@ -63,16 +79,8 @@ type lateNote struct {
 // what to call; after Migrate with every schema it syncs, live.
 func TestLateRegistration(t *testing.T) {
 	t.Parallel()
-	pool, name := testenv.PostgresSchema(t)
 	ctx := testCtx(t)
-	if _, err := pool.Exec(ctx, tItemsDDL+"; CREATE TABLE late_notes (id text PRIMARY KEY, title text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide", Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := lateNotesFeed(t)
 	var logs logBuffer
 	e, err := core.New(core.Config{Feed: f, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

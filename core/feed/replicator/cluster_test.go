@@ -88,6 +88,9 @@ type clusterConfig struct {
 	nats  natsbus.Options   // Prefix and Logger are set by newCluster
 	// wrap, if set, wraps each node's NATS bus as its engine sees it.
 	wrap func(*natsbus.Bus) feed.Bus
+	// register, if set, registers more resources on each node's engine
+	// (after items, before the node's migration).
+	register func(t testing.TB, n *node)
 }
 
 // clusterKey signs the tokens of every node.
@@ -183,6 +186,9 @@ func (c *cluster) addNode() *node {
 	n.engine = e
 	if _, err := core.Register(e, core.Resource[item]{Name: "items", Table: "items", Authorize: authz.Allow}); err != nil {
 		t.Fatal(err)
+	}
+	if cc.register != nil {
+		cc.register(t, n)
 	}
 	if err := f.Migrate(ctx, e.Schemas()...); err != nil {
 		t.Fatal(err)
