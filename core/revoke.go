@@ -155,7 +155,7 @@ func (c *conn) reauthorize(ctx context.Context) (int, error) {
 		if s.isClosed() {
 			continue
 		}
-		err := s.res.authorize(ctx, p, s.scope)
+		err := s.scopes().authorize(ctx, p)
 		if err == nil {
 			continue
 		}

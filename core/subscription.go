@@ -32,9 +32,12 @@ type subscription struct {
 	c      *conn
 	id     string
 	idJSON []byte
-	res    *resource
-	scope  feed.Scope
-	limit  int
+	res    *resource  // the first of targets
+	scope  feed.Scope // the first of targets
+	// targets are the subscription's resources and their scopes: one, or
+	// several under one cursor (targets.go).
+	targets targets
+	limit   int
 	ctx    context.Context
 	cancel context.CancelFunc
 	closed atomic.Bool
@@ -59,7 +62,7 @@ type subscription struct {
 func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) *subscription {
 	ctx, cancel := context.WithCancel(c.e.ctx)
 	return &subscription{
-		c: c, id: id, idJSON: protocol.AppendString(nil, id), res: r, scope: sc, limit: limit,
+		c: c, id: id, idJSON: protocol.AppendString(nil, id), res: r, scope: sc, targets: targets{{r, sc}}, limit: limit,
 		ctx: ctx, cancel: cancel, state: subCatchingUp,
 	}
 }
@@ -79,7 +82,7 @@ func (s *subscription) start(req request) {
 		err = e.awaitReady(s.ctx)
 	}
 	if err == nil {
-		err = e.checkCapture(s.ctx, s.res)
+		err = e.checkCaptures(s.ctx, s.scopes())
 	}
 	if err == nil {
 		// Live interest first (in the hub, and in the bus: bus.go), then
@@ -99,7 +102,7 @@ func (s *subscription) start(req request) {
 }
 
 func (s *subscription) authorize() error {
-	return s.res.authorize(s.ctx, s.principal(), s.scope)
+	return s.scopes().authorize(s.ctx, s.principal())
 }
 
 // push offers live changes to the subscription. It runs on the tailer's

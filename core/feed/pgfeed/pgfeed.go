@@ -338,9 +338,9 @@ func newNames(schema string) names {
   ORDER BY s.last, s.id
   RETURNING pos
 )`
-	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, '')
+	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), coalesce(c.tx, 0)
 FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin FROM ` + n.changes + `
+LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin, ` + txExpr + ` AS tx FROM ` + n.changes + `
  WHERE pos > $1 ORDER BY pos LIMIT $2) c ON true ORDER BY c.pos`
 	return n
 }

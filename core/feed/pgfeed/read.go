@@ -63,6 +63,16 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 	return out, nil
 }
 
+// txExpr is a change log row's commit group (feed.Change.Tx): the id of
+// the transaction that inserted the row, which is the sequencer step that
+// gave it its position (or, for rows of the first log version, the writer's
+// own transaction). A step moves whole transactions in one statement, so a
+// group never splits a transaction. The id is the row's 32-bit xmin, which
+// freezing keeps; two steps share one only 2^32 transactions apart, never
+// at neighbouring positions. A log restored from a dump is one group: the
+// engine bounds the groups it delivers whole (see core's maxCommitGroup).
+const txExpr = `(xmin::text::bigint + 1)`
+
 // replaySQL builds the replay statement of q and its arguments.
 func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 	n := f.n
@@ -85,10 +95,10 @@ func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 		}
 	}
 	where.WriteString(" AND pos > $1 AND pos <= $2")
-	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, '')
+	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), coalesce(c.tx, 0)
 FROM (SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
   FROM ` + n.meta + ` m LEFT JOIN ` + n.resources + ` r ON r.name = ` + res + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin FROM ` + n.changes + `
+LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, ` + txExpr + ` AS tx FROM ` + n.changes + `
  WHERE ` + where.String() + ` ORDER BY pos LIMIT $3) c ON true`
 	return sql, args
 }
