@@ -38,9 +38,9 @@ type subscription struct {
 	// several under one cursor (targets.go).
 	targets targets
 	limit   int
-	ctx    context.Context
-	cancel context.CancelFunc
-	closed atomic.Bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	closed  atomic.Bool
 
 	mu        sync.Mutex
 	state     subState
