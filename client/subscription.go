@@ -84,6 +84,9 @@ func (c *Client) subscribe(s Scope, h Handler) (*Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
+	if h == nil && n.resources != nil {
+		return nil, fmt.Errorf("%w: Sync keeps the rows of one resource; follow several with Subscribe and a Handler", ErrInvalidScope)
+	}
 	st := &scopeState{scope: s, norm: n, handler: h, state: SubConnecting, stateCh: make(chan struct{})}
 	dup := func() bool { _, ok := c.scopes[n.digest]; return ok }
 	c.mu.Lock()
@@ -95,12 +98,17 @@ func (c *Client) subscribe(s Scope, h Handler) (*Subscription, error) {
 	var loaded Record
 	err = c.persist(context.Background(), st, nil, func(r *Record) bool {
 		loaded = cloneRecord(*r)
+		changed := r.Synced != (h == nil) || r.State == StateUnsubscribed
+		r.Synced = h == nil
+		if r.State == StateUnsubscribed {
+			r.State = StateNew // followed again
+		}
 		if h == nil && !r.Copy && r.Cursor != "" {
 			// A cursor without the rows it belongs to: start over.
 			r.Cursor, r.State, r.Rows = "", StateNew, nil
 			return true
 		}
-		return false
+		return changed
 	})
 	if err != nil {
 		return nil, fmt.Errorf("client: Subscribe %s: %w", s, err)
