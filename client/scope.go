@@ -87,11 +87,11 @@ func (s Scope) String() string {
 
 // normScope is a validated scope in wire form.
 type normScope struct {
-	resource  string   // the first resource
-	resources []string // all of them, sorted, when there are several; nil for one
-	condJSON json.RawMessage            // canonical JSON object; nil without conditions
-	condMap  map[string]json.RawMessage // the same, for the subscribe frame
-	digest   string
+	resource  string                     // the first resource
+	resources []string                   // all of them, sorted, when there are several; nil for one
+	condJSON  json.RawMessage            // canonical JSON object; nil without conditions
+	condMap   map[string]json.RawMessage // the same, for the subscribe frame
+	digest    string
 }
 
 const maxNameBytes = 128 // resource and column names, ids: the protocol's limit

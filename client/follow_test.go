@@ -1,0 +1,147 @@
+package client
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+)
+
+type note struct {
+	ID        string `tide:"id,pk"`
+	ProjectID string `tide:"project_id,scope"`
+	Body      string `tide:"body"`
+}
+
+// TestRestartResumesFollowedScopes: a client with a FileStore follows a
+// project's todos and notes with one scope, and another project's todos
+// with Sync; a new client on the same file, declaring nothing, resumes
+// both from their stored cursors: the scope of two resources receives only
+// what changed while no client ran (no reset, no snapshot), and the synced
+// one its rows. Forget drops a scope from the store for good.
+func TestRestartResumesFollowedScopes(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newRealServer(t, core.Config{})
+	notes, err := core.Register(srv.engine, core.Resource[note]{Table: "notes", Authorize: authz.Allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "store.json")
+	project := Scope{Resources: []string{"todos", "notes"}, Conditions: map[string]any{"project_id": "p7"}}
+	other := Scope{Resource: "todos", Conditions: map[string]any{"project_id": "p8"}}
+
+	srv.upsert(t, ctx, todo{ID: "t1", ProjectID: "p7", Title: "one"}, todo{ID: "t8", ProjectID: "p8"})
+	if err := notes.Upsert(ctx, note{ID: "n1", ProjectID: "p7", Body: "first"}); err != nil {
+		t.Fatal(err)
+	}
+
+	store, err := NewFileStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, _ := newTestClient(t, Config{URL: srv.url, Store: store})
+	rec1 := newRecorder()
+	sub, err := c1.Subscribe(project, rec1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced, err := c1.Sync(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := start(t, c1)
+	for _, s := range []*Subscription{sub, synced} {
+		if err := s.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := entryKeys(rec1.all()); !slices.Equal(got, []string{"notes/n1", "todos/t1"}) {
+		t.Fatalf("first run: %v", got)
+	}
+	if err := run.stop(t); err != context.Canceled {
+		t.Fatalf("Run: %v", err)
+	}
+
+	// While no client runs.
+	srv.upsert(t, ctx, todo{ID: "t2", ProjectID: "p7"}, todo{ID: "t1", ProjectID: "p7", Title: "one, edited"}, todo{ID: "t9", ProjectID: "p8"})
+	if err := notes.Upsert(ctx, note{ID: "n2", ProjectID: "p7"}); err != nil {
+		t.Fatal(err)
+	}
+
+	store2, err := NewFileStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec2 := newRecorder()
+	var handed []Scope
+	c2, events := newTestClient(t, Config{URL: srv.url, Store: store2, Handler: func(s Scope) Handler {
+		handed = append(handed, s)
+		return rec2
+	}})
+	followed, err := c2.Followed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(followed) != 2 {
+		t.Fatalf("followed %v, want the two scopes", followed)
+	}
+	start(t, c2)
+	events.waitKind(ctx, t, EventCaughtUp, 2)
+	subs := c2.Subscriptions()
+	if len(subs) != 2 {
+		t.Fatalf("%d subscriptions resumed, want 2", len(subs))
+	}
+	for _, s := range subs {
+		if err := s.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(handed) != 1 || handed[0].String() != project.String() {
+		t.Fatalf("Config.Handler was asked for %v, want only %s", handed, project)
+	}
+	bs := rec2.all()
+	for _, b := range bs {
+		if b.Reset {
+			t.Fatalf("the resumed scope was reset: %s", describeBatches(bs))
+		}
+	}
+	if got := entryKeys(bs); !slices.Equal(got, []string{"notes/n2", "todos/t1", "todos/t2"}) {
+		t.Fatalf("resumed scope got %v, want only the missed changes", got)
+	}
+	var rows map[string]todo
+	for _, s := range subs {
+		if s.Scope().String() == other.String() {
+			rows = decodeRows(t, s.Rows())
+		}
+	}
+	if _, ok := rows["t9"]; !ok || len(rows) != 2 {
+		t.Fatalf("resumed synced scope holds %v, want t8 and t9", rows)
+	}
+
+	if err := c2.Forget(ctx, project); err != nil {
+		t.Fatal(err)
+	}
+	if followed, _ := c2.Followed(ctx); len(followed) != 1 || followed[0].String() != other.String() {
+		t.Fatalf("after Forget: followed %v", followed)
+	}
+	d, _ := project.Digest()
+	if _, ok, _ := store2.Load(ctx, d); ok {
+		t.Fatal("Forget left the record in the store")
+	}
+}
+
+// entryKeys returns the entries' resource/key, sorted, each once.
+func entryKeys(bs []Batch) []string {
+	var out []string
+	for _, b := range bs {
+		for _, e := range b.Entries {
+			out = append(out, e.Resource+"/"+e.Key)
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
