@@ -128,8 +128,19 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 	go func() {
 		defer e.wg.Done()
 		defer close(pages)
+		if s.targets.multi() {
+			s.readMulti(ctx, from, until, func(pg page, err error) bool {
+				select {
+				case pages <- result{pg, err}:
+					return true
+				case <-ctx.Done():
+					return false
+				}
+			})
+			return
+		}
 		for after := from; ; {
-			pg, err := e.replayPageOf(ctx, s.targets, s.principal(), after, until, s.limit)
+			pg, err := e.replayPage(ctx, s.res, s.principal(), s.scope, after, until, s.limit)
 			select {
 			case pages <- result{pg, err}:
 			case <-ctx.Done():

@@ -111,10 +111,10 @@ func (e *Engine) tailCommits(ctx context.Context, pos feed.Position, limit int) 
 }
 
 // maxCommitGroup bounds the changes of one commit group the engine holds
-// to deliver them together. A larger transaction (a bulk import, or a
-// change log restored from a dump, which the Postgres feed sees as one
-// group) is delivered in pieces, as without groups.
-const maxCommitGroup = 1 << 16
+// to deliver them together. A larger group (a bulk import; on Postgres, a
+// backlog the sequencer moved in one step, or a change log restored from a
+// dump) is delivered in pieces, as without groups.
+const maxCommitGroup = 1 << 14
 
 // commitCut returns where the trailing commit group of changes starts:
 // len(changes) if the last change is a group of its own (unknown Tx), 0 if

@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -158,16 +160,28 @@ func parseMultiAfter(ts targets, after string) (i int, key string, hasKey bool, 
 // most limit of each, and merges them in position order: the changes up to
 // the lowest position every read got to (next), which are all the
 // subscription's changes in (after, next]. Each resource is read as a
-// single-resource subscription reads it, sharing reads with those.
+// single-resource subscription reads it (sharing reads with those), the
+// resources at the same time.
 func (e *Engine) mergedReplay(ctx context.Context, ts targets, after, until feed.Position, limit int) ([]feed.Change, feed.Position, bool, error) {
 	reads := make([]replaySlice, len(ts))
-	next, done := until, true
+	errs := make([]error, len(ts))
+	var wg sync.WaitGroup
 	for i, t := range ts {
-		sl, err := e.sharedReplay(ctx, feed.ReplayQuery{Scope: t.scope, After: after, Until: until, Limit: limit})
-		if err != nil {
-			return nil, 0, false, err
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reads[i], errs[i] = e.sharedReplay(ctx, feed.ReplayQuery{Scope: t.scope, After: after, Until: until, Limit: limit})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, feed.ErrCursorExpired) {
+			return nil, 0, false, feed.ErrCursorExpired
 		}
-		reads[i] = sl
+		return nil, 0, false, err
+	}
+	next, done := until, true
+	for _, sl := range reads {
 		next = min(next, sl.next)
 		done = done && sl.done
 	}
@@ -188,40 +202,68 @@ func sortByPos(cs []feed.Change) {
 	slices.SortFunc(cs, func(a, b feed.Change) int { return cmp.Compare(a.Pos, b.Pos) })
 }
 
-// multiReplayPage is replayPage for a subscription of several resources:
-// a page never ends inside a commit group, so a client applying it never
-// holds part of a transaction. A page whose read ends inside a group
-// leaves that group to the next page; a group larger than the page is read
-// whole (up to maxCommitGroup changes).
-func (e *Engine) multiReplayPage(ctx context.Context, ts targets, p authz.Principal, after, until feed.Position, limit int) (page, error) {
+// multiReplay reads the next changes of a subscription of several
+// resources in (after, until]: about limit of each resource, ending at a
+// commit boundary, so a client never holds part of a transaction. A read
+// that ends inside a commit group leaves that group to the next read; a
+// group larger than the read is read on and returned whole (up to
+// maxCommitGroup changes). Every change of the subscription up to next has
+// been returned; done says nothing is left up to until.
+func (e *Engine) multiReplay(ctx context.Context, ts targets, p authz.Principal, after, until feed.Position, limit int) ([]feed.Change, feed.Position, bool, error) {
 	release, err := e.acquireCatchUp(ctx, p)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer release()
+	var changes []feed.Change
+	for at := after; ; {
+		more, next, done, err := e.mergedReplay(ctx, ts, at, until, limit)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		changes = append(changes, more...)
+		if done || len(changes) == 0 {
+			return changes, next, done, nil
+		}
+		switch cut := commitCut(changes); {
+		case cut == 0 && len(changes) < maxCommitGroup && next > at:
+			at = next // one group fills the read: read on
+			continue
+		case cut > 0 && cut < len(changes):
+			// The trailing group may go on after next.
+			return changes[:cut], changes[cut].Pos - 1, false, nil
+		}
+		return changes, next, false, nil
+	}
+}
+
+// multiPage encodes changes (read by multiReplay, after the position
+// after) as a page, each entry naming its resource.
+func multiPage(ts targets, p authz.Principal, changes []feed.Change, after feed.Position) page {
+	pg := newPage(changes)
+	pg.last = after
+	for i := range changes {
+		c := &changes[i]
+		pg.addChange(ts.of(c.Resource).res, p, c, false, true)
+		pg.last = c.Pos
+	}
+	return pg
+}
+
+// multiReplayPage is replayPage for a subscription of several resources
+// (the polling route): the first page of at most limit changes (more for a
+// larger commit group) of what multiReplay reads.
+func (e *Engine) multiReplayPage(ctx context.Context, ts targets, p authz.Principal, after, until feed.Position, limit int) (page, error) {
+	changes, next, done, err := e.multiReplay(ctx, ts, p, after, until, limit)
 	if err != nil {
 		return page{}, err
 	}
-	defer release()
-	for lim := limit; ; lim = min(2*lim, maxCommitGroup) {
-		changes, next, done, err := e.mergedReplay(ctx, ts, after, until, lim)
-		if err != nil {
-			return page{}, err
-		}
-		if !done && len(changes) > 0 {
-			switch cut := commitCut(changes); {
-			case cut == 0 && lim < maxCommitGroup:
-				continue // one group fills the page: read more of it
-			case cut > 0 && cut < len(changes):
-				// The trailing group may go on after next.
-				changes, next = changes[:cut], changes[cut].Pos-1
-			}
-		}
-		pg := newPage(changes)
-		pg.last, pg.next, pg.done = after, next, done
-		for i := range changes {
-			c := &changes[i]
-			pg.addChange(ts.of(c.Resource).res, p, c, false, true)
-			pg.last = c.Pos
-		}
-		return pg, nil
+	if n := pageEnd(changes, limit); n < len(changes) {
+		changes, next, done = changes[:n], changes[n-1].Pos, false
 	}
+	pg := multiPage(ts, p, changes, after)
+	pg.next, pg.done = next, done
+	return pg, nil
 }
 
 // pageEnd returns how many of changes (read from memory, in position
@@ -295,4 +337,30 @@ func (g *group) flushMulti(kicks *[]*conn) {
 func namedEntry(entry []byte, resource string) []byte {
 	b := make([]byte, 0, len(entry)+len(resource)+16)
 	return appendResource(append(b, entry...), resource)
+}
+
+// readMulti reads the replay of a subscription of several resources in
+// (from, until] and hands it to send in pages of at most s.limit changes
+// (more for a larger commit group), each ending at a commit boundary. It
+// stops at the end, at an error (handed to send), or when send returns
+// false.
+func (s *subscription) readMulti(ctx context.Context, from, until feed.Position, send func(page, error) bool) {
+	for after := from; ; {
+		changes, next, done, err := s.c.e.multiReplay(ctx, s.targets, s.principal(), after, until, s.limit)
+		if err != nil {
+			send(page{}, err)
+			return
+		}
+		for len(changes) > 0 {
+			n := pageEnd(changes, s.limit)
+			if !send(multiPage(s.targets, s.principal(), changes[:n], after), nil) {
+				return
+			}
+			after, changes = changes[n-1].Pos, changes[n:]
+		}
+		if done {
+			return
+		}
+		after = next
+	}
 }

@@ -82,6 +82,8 @@ type Options struct {
 // Env is what a feed needs to run the check.
 type Env struct {
 	Feed feed.Feed
+	// Config configures the engine; its Feed is set to Feed.
+	Config core.Config
 	// Prepare runs once the resources are registered: create the tables,
 	// migrate. Optional.
 	Prepare func(t testing.TB, e *core.Engine)
@@ -124,7 +126,9 @@ func NewEngine(t testing.TB, env Env) (*core.Engine, string) {
 
 func newEngine(t testing.TB, env Env) (*core.Engine, string, tables) {
 	t.Helper()
-	e, err := core.New(core.Config{Feed: env.Feed})
+	cfg := env.Config
+	cfg.Feed = env.Feed
+	e, err := core.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,10 +309,18 @@ func write(ctx context.Context, t *testing.T, e *core.Engine, w, n int, rng *ran
 			a.DelComments = []Comment{{ID: fmt.Sprintf("c%d-0", rng.IntN(8))}}
 		}
 		args, _ := json.Marshal(a)
-		f := protocol.ClientFrame{V: 1, Type: protocol.FrameMutate, Key: txID, Resource: "todos", Name: "write", Args: args, At: time.Now().UnixMilli()}
-		if _, err := e.Mutate(ctx, Principal(projects...), "w", f); err != nil {
-			t.Errorf("write %s: %v", txID, err)
-			return
+		// Writers touch the same rows in any order: Postgres may end one
+		// of two deadlocked transactions, which rolls back; write it again.
+		for attempt := 0; ; attempt++ {
+			f := protocol.ClientFrame{V: 1, Type: protocol.FrameMutate, Key: fmt.Sprintf("%s.%d", txID, attempt), Resource: "todos", Name: "write", Args: args, At: time.Now().UnixMilli()}
+			_, err := e.Mutate(ctx, Principal(projects...), "w", f)
+			if err == nil {
+				break
+			}
+			if err.Code != protocol.CodeMutatorFailed || attempt == 5 {
+				t.Errorf("write %s: %v", txID, err)
+				return
+			}
 		}
 	}
 }
