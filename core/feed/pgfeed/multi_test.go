@@ -52,7 +52,7 @@ func TestMultiResourceTransactions(t *testing.T) {
 // replay queries and frames per catch-up.
 func BenchmarkReplayMultiResource(b *testing.B) {
 	const txs = 5000
-	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 4 })
 	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide", Logger: testLogger(b)})
 	if err != nil {
 		b.Fatal(err)
