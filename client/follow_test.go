@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 type note struct {
@@ -144,4 +145,37 @@ func entryKeys(bs []Batch) []string {
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// TestMultiResourceWire: a scope of several resources subscribes with
+// resources and without resource (a server that knows only one resource per
+// subscription refuses it rather than serve one), its batches keep each
+// entry's resource, an entry of another resource or without one is a
+// protocol error, and Sync refuses such a scope.
+func TestMultiResourceWire(t *testing.T) {
+	ctx := testCtx(t)
+	fs := newFakeServer(t)
+	c, events := newTestClient(t, Config{URL: fs.url})
+	scope := Scope{Resources: []string{"todos", "comments", "todos"}, Conditions: map[string]any{"project_id": "p7"}}
+	if _, err := c.Sync(scope); err == nil {
+		t.Fatal("Sync accepted a scope of several resources")
+	}
+	rec := newRecorder()
+	if _, err := c.Subscribe(scope, rec); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	fc := fs.accept(ctx, t)
+	fc.handshake(ctx, t)
+	sub := fc.nextOf(ctx, t, protocol.FrameSubscribe)
+	if sub.Resource != "" || !slices.Equal(sub.Resources, []string{"comments", "todos"}) {
+		t.Fatalf("subscribe names resource %q, resources %q", sub.Resource, sub.Resources)
+	}
+	fc.send(t, changes(sub.ID, cur(2), with(up("t1"), "resource", "todos"), with(up("c1"), "resource", "comments")))
+	got := rec.wait(ctx, t, "a batch", func(bs []Batch) bool { return len(bs) == 1 })
+	if keys := entryKeys(got); !slices.Equal(keys, []string{"comments/c1", "todos/t1"}) {
+		t.Fatalf("batch %v", keys)
+	}
+	fc.send(t, changes(sub.ID, cur(3), up("t2")))
+	events.waitKind(ctx, t, EventProtocolError, 1)
 }
