@@ -133,7 +133,7 @@ func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.Serve
 	c.lmu.Lock()
 	base := sc.base
 	if b.Reset || len(b.Entries) > 0 {
-		base = applyBase(sc.base, b.Reset, b.Entries)
+		base = applyBase(sc.norm, sc.base, b.Reset, b.Entries)
 	}
 	cursor := sc.cursor
 	switch {

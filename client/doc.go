@@ -43,17 +43,18 @@
 // A scope may follow several resources that share the conditions' columns,
 // with one subscription and one cursor:
 //
-//	project, err := c.Subscribe(client.Scope{
+//	project, err := c.Sync(client.Scope{
 //		Resources:  []string{"todos", "comments", "attachments"},
 //		Conditions: map[string]any{"project_id": "p7"},
-//	}, handler)
+//	})
+//	comments := project.RowsOf("comments")
 //
 // Every entry of its batches names its resource (Entry.Resource), entries of
 // all three arrive in commit order, and the changes of one server
-// transaction arrive in one Batch, so a handler that applies batch by batch
-// never shows a comment before its todo. Each resource's policy must allow
-// the scope; if one refuses, the scope fails with that resource's code. Such
-// a scope is subscribed with a Handler (Sync keeps the rows of one resource).
+// transaction arrive in one Batch (one change of a synced scope's rows), so
+// the copy never shows a comment before its todo. Each resource's policy
+// must allow the scope; if one refuses, the scope fails with that
+// resource's code.
 //
 // # Followed scopes come back
 //

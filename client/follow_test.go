@@ -34,9 +34,10 @@ func TestRestartResumesFollowedScopes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "store.json")
 	project := Scope{Resources: []string{"todos", "notes"}, Conditions: map[string]any{"project_id": "p7"}}
 	other := Scope{Resource: "todos", Conditions: map[string]any{"project_id": "p8"}}
+	kept := Scope{Resources: []string{"todos", "notes"}, Conditions: map[string]any{"project_id": "p9"}}
 
-	srv.upsert(t, ctx, todo{ID: "t1", ProjectID: "p7", Title: "one"}, todo{ID: "t8", ProjectID: "p8"})
-	if err := notes.Upsert(ctx, note{ID: "n1", ProjectID: "p7", Body: "first"}); err != nil {
+	srv.upsert(t, ctx, todo{ID: "t1", ProjectID: "p7", Title: "one"}, todo{ID: "t8", ProjectID: "p8"}, todo{ID: "k", ProjectID: "p9"})
+	if err := notes.Upsert(ctx, note{ID: "n1", ProjectID: "p7", Body: "first"}, note{ID: "k", ProjectID: "p9"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -54,8 +55,12 @@ func TestRestartResumesFollowedScopes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	syncedMulti, err := c1.Sync(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := start(t, c1)
-	for _, s := range []*Subscription{sub, synced} {
+	for _, s := range []*Subscription{sub, synced, syncedMulti} {
 		if err := s.Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -87,14 +92,14 @@ func TestRestartResumesFollowedScopes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(followed) != 2 {
-		t.Fatalf("followed %v, want the two scopes", followed)
+	if len(followed) != 3 {
+		t.Fatalf("followed %v, want the three scopes", followed)
 	}
 	start(t, c2)
-	events.waitKind(ctx, t, EventCaughtUp, 2)
+	events.waitKind(ctx, t, EventCaughtUp, 3)
 	subs := c2.Subscriptions()
-	if len(subs) != 2 {
-		t.Fatalf("%d subscriptions resumed, want 2", len(subs))
+	if len(subs) != 3 {
+		t.Fatalf("%d subscriptions resumed, want 3", len(subs))
 	}
 	for _, s := range subs {
 		if err := s.Wait(ctx); err != nil {
@@ -122,11 +127,20 @@ func TestRestartResumesFollowedScopes(t *testing.T) {
 	if _, ok := rows["t9"]; !ok || len(rows) != 2 {
 		t.Fatalf("resumed synced scope holds %v, want t8 and t9", rows)
 	}
+	// A synced scope of two resources keeps a row of each under one key.
+	for _, s := range subs {
+		if s.Scope().String() != kept.String() {
+			continue
+		}
+		if len(s.Rows()) != 2 || len(s.RowsOf("todos")) != 1 || len(s.RowsOf("notes")) != 1 || s.RowsOf("nope") != nil {
+			t.Fatalf("resumed synced scope of two resources holds %v", s.Rows())
+		}
+	}
 
 	if err := c2.Forget(ctx, project); err != nil {
 		t.Fatal(err)
 	}
-	if followed, _ := c2.Followed(ctx); len(followed) != 1 || followed[0].String() != other.String() {
+	if followed, _ := c2.Followed(ctx); len(followed) != 2 || slices.ContainsFunc(followed, func(s Scope) bool { return s.String() == project.String() }) {
 		t.Fatalf("after Forget: followed %v", followed)
 	}
 	d, _ := project.Digest()
@@ -150,16 +164,13 @@ func entryKeys(bs []Batch) []string {
 // TestMultiResourceWire: a scope of several resources subscribes with
 // resources and without resource (a server that knows only one resource per
 // subscription refuses it rather than serve one), its batches keep each
-// entry's resource, an entry of another resource or without one is a
-// protocol error, and Sync refuses such a scope.
+// entry's resource, and an entry of another resource or without one is a
+// protocol error.
 func TestMultiResourceWire(t *testing.T) {
 	ctx := testCtx(t)
 	fs := newFakeServer(t)
 	c, events := newTestClient(t, Config{URL: fs.url})
 	scope := Scope{Resources: []string{"todos", "comments", "todos"}, Conditions: map[string]any{"project_id": "p7"}}
-	if _, err := c.Sync(scope); err == nil {
-		t.Fatal("Sync accepted a scope of several resources")
-	}
 	rec := newRecorder()
 	if _, err := c.Subscribe(scope, rec); err != nil {
 		t.Fatal(err)

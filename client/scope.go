@@ -250,6 +250,24 @@ func checkText(field, v string, max int) error {
 	return nil
 }
 
+// names returns the scope's resources.
+func (n normScope) names() []string {
+	if n.resources == nil {
+		return []string{n.resource}
+	}
+	return n.resources
+}
+
+// rowKey is the key of a row of resource in a synced copy of the scope: the
+// row's key, or for a scope of several resources the resource, a NUL byte
+// and the key.
+func (n normScope) rowKey(resource, key string) string {
+	if n.resources == nil {
+		return key
+	}
+	return resource + "\x00" + key
+}
+
 // has reports whether the scope follows resource.
 func (n normScope) has(resource string) bool {
 	if n.resources == nil {
