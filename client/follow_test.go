@@ -190,3 +190,74 @@ func TestMultiResourceWire(t *testing.T) {
 	fc.send(t, changes(sub.ID, cur(3), up("t2")))
 	events.waitKind(ctx, t, EventProtocolError, 1)
 }
+
+// TestMultiResourceTransactionOneBatch: a mutation that writes a todo and a
+// note of one project in one transaction reaches a scope following both as
+// one batch; the synced copy of the same scope changes once, showing both
+// the optimistic rows and then the server's, never one without the other.
+func TestMultiResourceTransactionOneBatch(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newRealServer(t, core.Config{})
+	notes, err := core.Register(srv.engine, core.Resource[note]{Table: "notes", Authorize: authz.Allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type args struct{ ID string }
+	err = core.AddMutator(srv.todos, "pair", core.Mutator[args]{
+		Authorize: func(context.Context, authz.Principal, args) error { return nil },
+		Run: func(ctx context.Context, tx *core.Tx, a args) error {
+			if err := srv.todos.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: "p7"}); err != nil {
+				return err
+			}
+			return notes.UpsertTx(ctx, tx, note{ID: a.ID, ProjectID: "p7", Body: "about " + a.ID})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := Scope{Resources: []string{"todos", "notes"}, Conditions: map[string]any{"project_id": "p7"}}
+	rec := newRecorder()
+	c1, _ := newTestClient(t, Config{URL: srv.url})
+	sub, err := c1.Subscribe(scope, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c1)
+	c2, _ := newTestClient(t, Config{URL: srv.url})
+	synced, err := c2.Sync(scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c2)
+	for _, s := range []*Subscription{sub, synced} {
+		if err := s.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		id := "x" + itoa(i)
+		pm, err := c2.Mutate(ctx, Mutation{Resource: "todos", Name: "pair", Args: args{ID: id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pm.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The synced copy: both rows, whenever it shows either.
+		if rows := synced.Rows(); (rows["todos\x00"+id] == nil) != (rows["notes\x00"+id] == nil) {
+			t.Fatalf("the synced copy holds one half of %s: %v", id, rows)
+		}
+	}
+	bs := rec.wait(ctx, t, "the five transactions", func(bs []Batch) bool { return len(entryKeys(bs)) == 10 })
+	for _, b := range bs {
+		halves := map[string]int{}
+		for _, e := range b.Entries {
+			halves[e.Key]++
+		}
+		for id, n := range halves {
+			if n != 2 {
+				t.Fatalf("a batch holds part of transaction %s: %s", id, describeBatches(bs))
+			}
+		}
+	}
+}
