@@ -26,11 +26,8 @@ type note struct {
 // one its rows. Forget drops a scope from the store for good.
 func TestRestartResumesFollowedScopes(t *testing.T) {
 	ctx := testCtx(t)
-	srv := newRealServer(t, core.Config{})
-	notes, err := core.Register(srv.engine, core.Resource[note]{Table: "notes", Authorize: authz.Allow})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, notes := newNotesServer(t)
+	var err error
 	path := filepath.Join(t.TempDir(), "store.json")
 	project := Scope{Resources: []string{"todos", "notes"}, Conditions: map[string]any{"project_id": "p7"}}
 	other := Scope{Resource: "todos", Conditions: map[string]any{"project_id": "p8"}}
@@ -197,13 +194,9 @@ func TestMultiResourceWire(t *testing.T) {
 // the optimistic rows and then the server's, never one without the other.
 func TestMultiResourceTransactionOneBatch(t *testing.T) {
 	ctx := testCtx(t)
-	srv := newRealServer(t, core.Config{})
-	notes, err := core.Register(srv.engine, core.Resource[note]{Table: "notes", Authorize: authz.Allow})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, notes := newNotesServer(t)
 	type args struct{ ID string }
-	err = core.AddMutator(srv.todos, "pair", core.Mutator[args]{
+	err := core.AddMutator(srv.todos, "pair", core.Mutator[args]{
 		Authorize: func(context.Context, authz.Principal, args) error { return nil },
 		Run: func(ctx context.Context, tx *core.Tx, a args) error {
 			if err := srv.todos.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: "p7"}); err != nil {
@@ -260,4 +253,16 @@ func TestMultiResourceTransactionOneBatch(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newNotesServer is newRealServer with a second resource, notes, scoped by
+// project_id like the todos.
+func newNotesServer(t *testing.T) (*realServer, *core.Table[note]) {
+	t.Helper()
+	srv := newRealServer(t, core.Config{})
+	notes, err := core.Register(srv.engine, core.Resource[note]{Table: "notes", Authorize: authz.Allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, notes
 }
