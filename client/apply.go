@@ -133,7 +133,7 @@ func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.Serve
 	c.lmu.Lock()
 	base := sc.base
 	if b.Reset || len(b.Entries) > 0 {
-		base = applyBase(sc.base, b.Reset, b.Entries)
+		base = applyBase(sc.norm, sc.base, b.Reset, b.Entries)
 	}
 	cursor := sc.cursor
 	switch {
@@ -206,12 +206,13 @@ func (s *session) entries(inst *subInst, in []protocol.Entry) ([]protocol.Entry,
 	out := in[:0]
 	for i := range in {
 		e := in[i]
-		switch e.Resource {
-		case "":
+		switch {
+		case e.Resource == "" && st.norm.resources == nil:
 			e.Resource = st.norm.resource
-		case st.norm.resource:
-		default:
-			return nil, fmt.Errorf("entry %d (key %q) is of resource %q, unknown to this subscription of %q", i, e.Key, e.Resource, st.norm.resource)
+		case e.Resource == "":
+			return nil, fmt.Errorf("entry %d (key %q) names no resource, in a subscription of several", i, e.Key)
+		case !st.norm.has(e.Resource):
+			return nil, fmt.Errorf("entry %d (key %q) is of resource %q, unknown to this subscription of %s", i, e.Key, e.Resource, st.scope)
 		}
 		if dropOwn && e.Origin != "" && e.Origin == origin {
 			continue

@@ -71,7 +71,7 @@ type scopeState struct {
 }
 
 func (st *scopeState) newRecord() Record {
-	return Record{Digest: st.norm.digest, Resource: st.norm.resource, Conditions: st.norm.condJSON, State: StateNew}
+	return Record{Digest: st.norm.digest, Resource: st.norm.resource, Resources: st.norm.resources, Conditions: st.norm.condJSON, State: StateNew}
 }
 
 // Errors returned by the Client.
@@ -136,7 +136,8 @@ func (c *Client) Origin() string { return c.cfg.Origin }
 // welcome) and connects again. It returns ctx.Err() when ctx ends, a
 // *CloseError when the server closes with 1008 or 4000 (not retried), or
 // ErrRunning if Run is already active. Run may be called again after it
-// returns.
+// returns. When it starts it resumes the scopes the store records as
+// followed (see Resume).
 func (c *Client) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running {
@@ -150,6 +151,11 @@ func (c *Client) Run(ctx context.Context) error {
 		c.running = false
 		c.mu.Unlock()
 	}()
+	if !c.cfg.NoResume {
+		if _, err := c.Resume(ctx); err != nil && !errors.Is(err, ErrNoList) {
+			c.log.Error("tide client: resuming the followed scopes", "err", err)
+		}
+	}
 
 	attempt := 0 // connection attempts since the last welcome
 	streak := 0  // consecutive sessions the client ended for a fault (failed apply, bad frame)

@@ -63,6 +63,15 @@ type Config struct {
 	// concurrently, and must return quickly; it may call the Client's
 	// methods.
 	OnEvent func(Event)
+	// Handler makes the Handler of a followed scope that Run resumes on
+	// start (see Client.Resume): a scope the app declared with Subscribe
+	// in an earlier run and never unsubscribed or forgot. Scopes declared
+	// with Sync resume without it. Zero value: such scopes are resumed
+	// only when the app subscribes them again.
+	Handler func(Scope) Handler
+	// NoResume keeps Run from resuming the followed scopes on start: the
+	// app declares every scope itself, or calls Client.Resume.
+	NoResume bool
 }
 
 const (

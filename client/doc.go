@@ -38,6 +38,36 @@
 // An app that keeps its own copy can pass a Handler to Subscribe instead,
 // and gets one Batch per frame; the client then keeps only the cursor.
 //
+// # Several resources in one scope
+//
+// A scope may follow several resources that share the conditions' columns,
+// with one subscription and one cursor:
+//
+//	project, err := c.Sync(client.Scope{
+//		Resources:  []string{"todos", "comments", "attachments"},
+//		Conditions: map[string]any{"project_id": "p7"},
+//	})
+//	comments := project.RowsOf("comments")
+//
+// Every entry of its batches names its resource (Entry.Resource), entries of
+// all three arrive in commit order, and the changes of one server
+// transaction arrive in one Batch (one change of a synced scope's rows), so
+// the copy never shows a comment before its todo. Each resource's policy
+// must allow the scope; if one refuses, the scope fails with that
+// resource's code.
+//
+// # Followed scopes come back
+//
+// The store's records are the list of the scopes the app follows: one per
+// scope declared with Sync or Subscribe, until Unsubscribe (the record is
+// kept, marked unsubscribed) or Forget (the record is deleted). When Run
+// starts it resumes every followed scope the app has not declared in this
+// process (Resume): synced scopes from their stored rows, others with the
+// Handler that Config.Handler makes for them. Each resumes from its stored
+// cursor, so only what changed while the app was down is replayed.
+// Followed lists them, Subscriptions returns the handles, Forget drops one.
+// Listing needs a store that is a RecordLister (MemoryStore, FileStore).
+//
 // # Writes
 //
 // Mutate asks the server to run one of the resource's mutators, and may
@@ -113,8 +143,11 @@
 //     Handler's batches (the cursor still advances); a synced scope applies
 //     them to its store, where an echo of a row it already shows from its
 //     own mutation changes nothing and notifies no one.
+//   - Whole transactions. A scope of several resources gets the changes of
+//     one server transaction in one Batch.
 //   - Loud failures. An entry of a resource the subscription does not
-//     cover, a malformed frame or a failing store is reported (OnEvent) and
+//     cover (or, in a scope of several, an entry without its resource), a
+//     malformed frame or a failing store is reported (OnEvent) and
 //     drops the connection; nothing is silently applied or skipped.
 //   - Stale subscriptions stay stale. Every subscribe uses a new id, never
 //     reused on the client; frames for ids the client no longer holds are

@@ -178,6 +178,13 @@ func (s *FileStore) Load(_ context.Context, digest string) (Record, bool, error)
 	return cloneRecord(r), ok, nil
 }
 
+// List implements RecordLister.
+func (s *FileStore) List(context.Context) ([]Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return listRecords(s.recs), nil
+}
+
 // Save implements CursorStore. The record is stored once the file is
 // durably replaced; if writing fails, nothing changes and the error is
 // returned. Writes are not interrupted by ctx.

@@ -106,8 +106,8 @@ func (r *replica) lookup(resource, key string, items []*logItem) json.RawMessage
 	var v json.RawMessage
 	for _, d := range slices.Sorted(maps.Keys(r.scopes)) {
 		sc := r.scopes[d]
-		if sc.norm.resource == resource {
-			if row, ok := sc.base[key]; ok {
+		if sc.norm.has(resource) {
+			if row, ok := sc.base[sc.norm.rowKey(resource, key)]; ok {
 				v = row
 				break
 			}
@@ -128,16 +128,16 @@ func computeView(sc *scopeCopy, log []*logItem) map[string]json.RawMessage {
 	var view map[string]json.RawMessage
 	for _, it := range log {
 		for _, op := range it.ops {
-			if op.Resource != sc.norm.resource {
+			if !sc.norm.has(op.Resource) {
 				continue
 			}
 			if view == nil {
 				view = maps.Clone(sc.base)
 			}
 			if op.Row != nil && matchesScope(sc.norm, op.Row) {
-				view[op.Key] = op.Row
+				view[sc.norm.rowKey(op.Resource, op.Key)] = op.Row
 			} else {
-				delete(view, op.Key)
+				delete(view, sc.norm.rowKey(op.Resource, op.Key))
 			}
 		}
 	}
@@ -154,7 +154,7 @@ func (r *replica) refresh(resources []string) []*scopeCopy {
 	var changed []*scopeCopy
 	for _, d := range slices.Sorted(maps.Keys(r.scopes)) {
 		sc := r.scopes[d]
-		if resources != nil && !slices.Contains(resources, sc.norm.resource) {
+		if resources != nil && !slices.ContainsFunc(resources, sc.norm.has) {
 			continue
 		}
 		if r.setView(sc, computeView(sc, r.log)) {
@@ -179,7 +179,9 @@ func (r *replica) setView(sc *scopeCopy, view map[string]json.RawMessage) bool {
 
 // applyBase applies one batch of the server to sc's base and returns the
 // new base (sc is not modified: the caller installs it once persisted).
-func applyBase(base map[string]json.RawMessage, reset bool, entries []protocol.Entry) map[string]json.RawMessage {
+//
+// n keys the rows (normScope.rowKey).
+func applyBase(n normScope, base map[string]json.RawMessage, reset bool, entries []protocol.Entry) map[string]json.RawMessage {
 	next := map[string]json.RawMessage{}
 	if !reset {
 		next = maps.Clone(base)
@@ -187,9 +189,9 @@ func applyBase(base map[string]json.RawMessage, reset bool, entries []protocol.E
 	for _, e := range entries {
 		switch e.Op {
 		case "upsert":
-			next[e.Key] = e.Row
+			next[n.rowKey(e.Resource, e.Key)] = e.Row
 		case "delete":
-			delete(next, e.Key)
+			delete(next, n.rowKey(e.Resource, e.Key))
 		}
 	}
 	return next
@@ -304,7 +306,7 @@ func (r *replica) settle() []*logItem {
 		}
 		res := it.resources()
 		for _, sc := range r.scopes {
-			if slices.Contains(res, sc.norm.resource) && newer(it.cursor, sc.cursor) {
+			if slices.ContainsFunc(res, sc.norm.has) && newer(it.cursor, sc.cursor) {
 				return false
 			}
 		}

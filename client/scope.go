@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
+
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Scope is what a subscription covers: a resource and conditions on its
@@ -25,9 +28,29 @@ import (
 // Conditions are normalized before use: "in" lists are sorted and
 // deduplicated, and a one-value "in" list is the same scope as that value.
 // A Scope must not be modified after it is passed to Subscribe.
+//
+// A scope may follow several resources that share the conditions' columns,
+// under one cursor: list them in Resources (Resource, if also set, is one
+// more). Every entry of its batches names its resource, entries of one
+// server transaction arrive in one batch, in commit order, and the scope
+// is one subscription and one record in the store, e.g.
+//
+//	client.Scope{Resources: []string{"todos", "comments", "attachments"},
+//		Conditions: map[string]any{"project_id": "p7"}}
 type Scope struct {
 	Resource   string
 	Conditions map[string]any
+	Resources  []string
+}
+
+// names returns the scope's resources, sorted, without duplicates.
+func (s Scope) names() []string {
+	out := slices.Clone(s.Resources)
+	if s.Resource != "" {
+		out = append(out, s.Resource)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // ErrInvalidScope is wrapped by the errors Subscribe and Digest return for a
@@ -52,30 +75,44 @@ func (s Scope) String() string {
 	if err != nil {
 		return fmt.Sprintf("%s%v", s.Resource, s.Conditions)
 	}
-	if len(n.condMap) == 0 {
-		return n.resource
+	name := n.resource
+	if len(n.resources) > 0 {
+		name = strings.Join(n.resources, "+")
 	}
-	return n.resource + string(n.condJSON)
+	if len(n.condMap) == 0 {
+		return name
+	}
+	return name + string(n.condJSON)
 }
 
 // normScope is a validated scope in wire form.
 type normScope struct {
-	resource string
-	condJSON json.RawMessage            // canonical JSON object; nil without conditions
-	condMap  map[string]json.RawMessage // the same, for the subscribe frame
-	digest   string
+	resource  string                     // the first resource
+	resources []string                   // all of them, sorted, when there are several; nil for one
+	condJSON  json.RawMessage            // canonical JSON object; nil without conditions
+	condMap   map[string]json.RawMessage // the same, for the subscribe frame
+	digest    string
 }
 
 const maxNameBytes = 128 // resource and column names, ids: the protocol's limit
 
 func (s Scope) normalize() (normScope, error) {
-	if s.Resource == "" {
+	names := s.names()
+	if len(names) == 0 || names[0] == "" {
 		return normScope{}, fmt.Errorf("%w: Resource is empty (subscribing to nothing)", ErrInvalidScope)
 	}
-	if err := checkText("resource", s.Resource, maxNameBytes); err != nil {
-		return normScope{}, fmt.Errorf("%w: %v", ErrInvalidScope, err)
+	if len(names) > protocol.MaxResourcesN {
+		return normScope{}, fmt.Errorf("%w: at most %d resources", ErrInvalidScope, protocol.MaxResourcesN)
 	}
-	n := normScope{resource: s.Resource}
+	for _, r := range names {
+		if err := checkText("resource", r, maxNameBytes); err != nil {
+			return normScope{}, fmt.Errorf("%w: %v", ErrInvalidScope, err)
+		}
+	}
+	n := normScope{resource: names[0]}
+	if len(names) > 1 {
+		n.resources = names
+	}
 	if len(s.Conditions) > 0 {
 		n.condMap = make(map[string]json.RawMessage, len(s.Conditions))
 		for col, v := range s.Conditions {
@@ -98,8 +135,13 @@ func (s Scope) normalize() (normScope, error) {
 		n.condJSON = js
 	}
 	h := sha256.New()
-	h.Write([]byte("tide-scope-v1\x00"))
-	h.Write([]byte(n.resource))
+	if n.resources == nil {
+		h.Write([]byte("tide-scope-v1\x00"))
+		h.Write([]byte(n.resource))
+	} else {
+		h.Write([]byte("tide-scopes-v1\x00"))
+		h.Write([]byte(strings.Join(n.resources, "\x00")))
+	}
 	h.Write([]byte{0})
 	if n.condJSON != nil {
 		h.Write(n.condJSON)
@@ -206,4 +248,53 @@ func checkText(field, v string, max int) error {
 		}
 	}
 	return nil
+}
+
+// names returns the scope's resources.
+func (n normScope) names() []string {
+	if n.resources == nil {
+		return []string{n.resource}
+	}
+	return n.resources
+}
+
+// rowKey is the key of a row of resource in a synced copy of the scope: the
+// row's key, or for a scope of several resources the resource, a NUL byte
+// and the key.
+func (n normScope) rowKey(resource, key string) string {
+	if n.resources == nil {
+		return key
+	}
+	return resource + "\x00" + key
+}
+
+// has reports whether the scope follows resource.
+func (n normScope) has(resource string) bool {
+	if n.resources == nil {
+		return resource == n.resource
+	}
+	return slices.Contains(n.resources, resource)
+}
+
+// scopeOf returns the scope a stored record describes.
+func scopeOf(r Record) (Scope, error) {
+	s := Scope{Resource: r.Resource, Resources: r.Resources}
+	if len(r.Resources) > 0 {
+		s.Resource = ""
+	}
+	if len(r.Conditions) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(r.Conditions))
+		dec.UseNumber()
+		if err := dec.Decode(&s.Conditions); err != nil {
+			return Scope{}, fmt.Errorf("%w: stored conditions: %v", ErrInvalidScope, err)
+		}
+	}
+	n, err := s.normalize()
+	if err != nil {
+		return Scope{}, err
+	}
+	if n.digest != r.Digest {
+		return Scope{}, fmt.Errorf("%w: the stored record %s does not describe its scope", ErrInvalidScope, r.Digest)
+	}
+	return s, nil
 }

@@ -12,23 +12,23 @@ func TestScopeDigestNormalizes(t *testing.T) {
 		a, b Scope
 	}{
 		{"in-list order and duplicates",
-			Scope{"todos", map[string]any{"p": map[string]any{"in": []string{"b", "a", "a"}}}},
-			Scope{"todos", map[string]any{"p": map[string][]any{"in": {"a", "b"}}}}},
+			Scope{Resource: "todos", Conditions: map[string]any{"p": map[string]any{"in": []string{"b", "a", "a"}}}},
+			Scope{Resource: "todos", Conditions: map[string]any{"p": map[string][]any{"in": {"a", "b"}}}}},
 		{"one-value in-list is equality",
-			Scope{"todos", map[string]any{"p": map[string]any{"in": []string{"p7"}}}},
-			Scope{"todos", map[string]any{"p": "p7"}}},
+			Scope{Resource: "todos", Conditions: map[string]any{"p": map[string]any{"in": []string{"p7"}}}},
+			Scope{Resource: "todos", Conditions: map[string]any{"p": "p7"}}},
 		{"integer representations",
-			Scope{"todos", map[string]any{"n": 7}},
-			Scope{"todos", map[string]any{"n": json.Number("7")}}},
+			Scope{Resource: "todos", Conditions: map[string]any{"n": 7}},
+			Scope{Resource: "todos", Conditions: map[string]any{"n": json.Number("7")}}},
 		{"integral float",
-			Scope{"todos", map[string]any{"n": int64(7)}},
-			Scope{"todos", map[string]any{"n": float64(7)}}},
+			Scope{Resource: "todos", Conditions: map[string]any{"n": int64(7)}},
+			Scope{Resource: "todos", Conditions: map[string]any{"n": float64(7)}}},
 		{"nil and empty conditions",
-			Scope{"todos", nil},
-			Scope{"todos", map[string]any{}}},
+			Scope{Resource: "todos", Conditions: nil},
+			Scope{Resource: "todos", Conditions: map[string]any{}}},
 		{"several columns",
-			Scope{"todos", map[string]any{"a": "x", "b": true}},
-			Scope{"todos", map[string]any{"b": true, "a": "x"}}},
+			Scope{Resource: "todos", Conditions: map[string]any{"a": "x", "b": true}},
+			Scope{Resource: "todos", Conditions: map[string]any{"b": true, "a": "x"}}},
 	}
 	for _, tt := range same {
 		da, err := tt.a.Digest()
@@ -45,15 +45,17 @@ func TestScopeDigestNormalizes(t *testing.T) {
 	}
 
 	distinct := []Scope{
-		{"todos", nil},
-		{"notes", nil},
-		{"todos", map[string]any{"p": "p7"}},
-		{"todos", map[string]any{"p": "p8"}},
-		{"todos", map[string]any{"p": 7}},
-		{"todos", map[string]any{"p": "7"}},
-		{"todos", map[string]any{"q": "p7"}},
-		{"todos", map[string]any{"p": map[string]any{"in": []string{"p7", "p8"}}}},
-		{"todos", map[string]any{"p": "p7", "done": false}},
+		{Resource: "todos", Conditions: nil},
+		{Resource: "notes", Conditions: nil},
+		{Resource: "todos", Conditions: map[string]any{"p": "p7"}},
+		{Resource: "todos", Conditions: map[string]any{"p": "p8"}},
+		{Resource: "todos", Conditions: map[string]any{"p": 7}},
+		{Resource: "todos", Conditions: map[string]any{"p": "7"}},
+		{Resource: "todos", Conditions: map[string]any{"q": "p7"}},
+		{Resource: "todos", Conditions: map[string]any{"p": map[string]any{"in": []string{"p7", "p8"}}}},
+		{Resource: "todos", Conditions: map[string]any{"p": "p7", "done": false}},
+		{Resources: []string{"todos", "notes"}, Conditions: map[string]any{"p": "p7"}},
+		{Resources: []string{"todos", "notes", "files"}, Conditions: map[string]any{"p": "p7"}},
 	}
 	seen := map[string]Scope{}
 	for _, s := range distinct {
@@ -70,18 +72,18 @@ func TestScopeDigestNormalizes(t *testing.T) {
 
 func TestScopeInvalid(t *testing.T) {
 	bad := map[string]Scope{
-		"empty resource":        {"", nil},
-		"control character":     {"to\ndos", nil},
-		"null value":            {"todos", map[string]any{"p": nil}},
-		"fractional number":     {"todos", map[string]any{"p": 7.5}},
-		"empty in":              {"todos", map[string]any{"p": map[string]any{"in": []string{}}}},
-		"in with another key":   {"todos", map[string]any{"p": map[string]any{"in": []string{"a"}, "x": 1}}},
-		"unknown operator":      {"todos", map[string]any{"p": map[string]any{"eq": 1}}},
-		"bare list":             {"todos", map[string]any{"p": []string{"a"}}},
-		"nested list in in":     {"todos", map[string]any{"p": map[string]any{"in": [][]string{{"a"}}}}},
-		"empty column":          {"todos", map[string]any{"": "a"}},
-		"unmarshalable value":   {"todos", map[string]any{"p": make(chan int)}},
-		"object inside in-list": {"todos", map[string]any{"p": map[string]any{"in": []any{map[string]any{}}}}},
+		"empty resource":        {Resource: "", Conditions: nil},
+		"control character":     {Resource: "to\ndos", Conditions: nil},
+		"null value":            {Resource: "todos", Conditions: map[string]any{"p": nil}},
+		"fractional number":     {Resource: "todos", Conditions: map[string]any{"p": 7.5}},
+		"empty in":              {Resource: "todos", Conditions: map[string]any{"p": map[string]any{"in": []string{}}}},
+		"in with another key":   {Resource: "todos", Conditions: map[string]any{"p": map[string]any{"in": []string{"a"}, "x": 1}}},
+		"unknown operator":      {Resource: "todos", Conditions: map[string]any{"p": map[string]any{"eq": 1}}},
+		"bare list":             {Resource: "todos", Conditions: map[string]any{"p": []string{"a"}}},
+		"nested list in in":     {Resource: "todos", Conditions: map[string]any{"p": map[string]any{"in": [][]string{{"a"}}}}},
+		"empty column":          {Resource: "todos", Conditions: map[string]any{"": "a"}},
+		"unmarshalable value":   {Resource: "todos", Conditions: map[string]any{"p": make(chan int)}},
+		"object inside in-list": {Resource: "todos", Conditions: map[string]any{"p": map[string]any{"in": []any{map[string]any{}}}}},
 	}
 	for name, s := range bad {
 		if _, err := s.Digest(); !errors.Is(err, ErrInvalidScope) {
@@ -91,7 +93,7 @@ func TestScopeInvalid(t *testing.T) {
 }
 
 func TestScopeWireConditions(t *testing.T) {
-	n, err := Scope{"todos", map[string]any{
+	n, err := Scope{Resource: "todos", Conditions: map[string]any{
 		"project_id": map[string]any{"in": []any{"p8", "p7", "p8"}},
 		"done":       false,
 		"n":          uint64(1 << 63),

@@ -406,10 +406,16 @@ func (s *session) subscribe(ctx context.Context, st *scopeState) {
 	}
 	c.mu.Unlock()
 	c.log.Debug("tide client: subscribe", "scope", st.scope, "id", inst.id, "cursor", cursor)
-	_ = s.writeLocked(protocol.ClientFrame{
+	f := protocol.ClientFrame{
 		V: protocol.Version, Type: protocol.FrameSubscribe, ID: inst.id,
 		Resource: st.norm.resource, Conditions: st.norm.condMap, Cursor: cursor,
-	})
+	}
+	if st.norm.resources != nil {
+		// Without resource, a server that knows only single-resource
+		// subscriptions refuses this one instead of serving one resource.
+		f.Resource, f.Resources = "", st.norm.resources
+	}
+	_ = s.writeLocked(f)
 }
 
 // release forgets inst on this connection (the server ended it).

@@ -20,6 +20,7 @@ type Record struct {
 	// Resource and Conditions describe the scope, the conditions as
 	// normalized JSON (absent when the scope has none).
 	Resource   string          `json:"resource"`
+	Resources  []string        `json:"resources,omitempty"` // a scope of several resources: all of them, sorted
 	Conditions json.RawMessage `json:"conditions,omitempty"`
 	// State is informational: one of the State constants.
 	State string `json:"state"`
@@ -36,6 +37,17 @@ type Record struct {
 	// Rows are the server's rows of the scope at Cursor, by primary key
 	// (when Copy is set).
 	Rows map[string]json.RawMessage `json:"rows,omitempty"`
+	// Synced says the scope was opened with Client.Sync (the client keeps
+	// its rows), so a restarted client resumes it with Sync.
+	Synced bool `json:"synced,omitempty"`
+}
+
+// RecordLister is implemented by a CursorStore that can list its records:
+// MemoryStore and FileStore do. The client lists them to resume the scopes
+// an app followed before a restart (Client.Followed, Client.Resume).
+type RecordLister interface {
+	// List returns every record, in no particular order.
+	List(ctx context.Context) ([]Record, error)
 }
 
 // QueueStore is implemented by a CursorStore that also persists the
@@ -144,6 +156,21 @@ func (s *MemoryStore) Delete(_ context.Context, digest string) error {
 	return nil
 }
 
+// List implements RecordLister.
+func (s *MemoryStore) List(context.Context) ([]Record, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return listRecords(s.recs), nil
+}
+
+func listRecords(recs map[string]Record) []Record {
+	out := make([]Record, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, cloneRecord(r))
+	}
+	return out
+}
+
 // LoadQueue implements QueueStore.
 func (s *MemoryStore) LoadQueue(context.Context) (Queue, error) {
 	s.mu.RLock()
@@ -161,6 +188,7 @@ func (s *MemoryStore) SaveQueue(_ context.Context, q Queue) error {
 
 func cloneRecord(r Record) Record {
 	r.Conditions = bytes.Clone(r.Conditions)
+	r.Resources = slices.Clone(r.Resources)
 	if r.Rows != nil {
 		r.Rows = maps.Clone(r.Rows) // row contents are never modified in place
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"github.com/tidesync/tide/core/protocol"
 )
@@ -95,12 +96,17 @@ func (c *Client) subscribe(s Scope, h Handler) (*Subscription, error) {
 	var loaded Record
 	err = c.persist(context.Background(), st, nil, func(r *Record) bool {
 		loaded = cloneRecord(*r)
+		changed := r.Synced != (h == nil) || r.State == StateUnsubscribed
+		r.Synced = h == nil
+		if r.State == StateUnsubscribed {
+			r.State = StateNew // followed again
+		}
 		if h == nil && !r.Copy && r.Cursor != "" {
 			// A cursor without the rows it belongs to: start over.
 			r.Cursor, r.State, r.Rows = "", StateNew, nil
 			return true
 		}
-		return false
+		return changed
 	})
 	if err != nil {
 		return nil, fmt.Errorf("client: Subscribe %s: %w", s, err)
@@ -131,7 +137,7 @@ func (c *Client) subscribe(s Scope, h Handler) (*Subscription, error) {
 		if len(settled) > 0 {
 			_ = c.saveQueueLocked(context.Background()) // best effort: settling again later is harmless
 		}
-		c.rep.refresh([]string{n.resource})
+		c.rep.refresh(n.names())
 		c.lmu.Unlock()
 		settleHandles(settled)
 	}
@@ -147,7 +153,8 @@ func (s *Subscription) Scope() Scope { return s.st.scope }
 // Rows returns a copy of the scope's rows by primary key, as the client
 // holds them: the server's rows with the unsettled mutations applied. It
 // is nil for a subscription made with Subscribe (the Handler keeps the
-// rows).
+// rows). For a scope of several resources the keys are the resource, a NUL
+// byte and the primary key; RowsOf gives one resource's rows.
 func (s *Subscription) Rows() map[string]json.RawMessage {
 	if s.st.copy == nil {
 		return nil
@@ -155,6 +162,25 @@ func (s *Subscription) Rows() map[string]json.RawMessage {
 	s.c.lmu.Lock()
 	defer s.c.lmu.Unlock()
 	return maps.Clone(s.st.copy.view)
+}
+
+// RowsOf returns a copy of the rows of one of the scope's resources by
+// primary key, as Rows holds them; nil for a resource the scope does not
+// follow and for a subscription made with Subscribe.
+func (s *Subscription) RowsOf(resource string) map[string]json.RawMessage {
+	n := s.st.norm
+	if s.st.copy == nil || !n.has(resource) {
+		return nil
+	}
+	s.c.lmu.Lock()
+	defer s.c.lmu.Unlock()
+	out := map[string]json.RawMessage{}
+	for k, row := range s.st.copy.view {
+		if key, ok := strings.CutPrefix(k, n.rowKey(resource, "")); ok {
+			out[key] = row
+		}
+	}
+	return out
 }
 
 // Changed returns a channel closed at the next change of Rows: once per

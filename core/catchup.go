@@ -59,11 +59,21 @@ func (s *subscription) catchUp(sp startPoint) error {
 // of the first page (or start, when resuming a snapshot). Rows that changed
 // while later pages were read are replayed again from there, so the copy
 // converges whatever the timing.
+//
+// A subscription of several resources snapshots them one after the other,
+// in name order, its snapshot cursors naming the resource (multiAfter); the
+// replay from the first page's position then brings every resource to one
+// position.
 func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter bool) (feed.Position, error) {
 	e := s.c.e
 	first := !hasAfter
-	for {
-		pg, err := e.snapshotPage(s.ctx, s.res, s.principal(), s.scope, after, hasAfter, s.limit)
+	ts, i := s.targets, 0
+	if ts.multi() && hasAfter {
+		i, after, hasAfter, _ = parseMultiAfter(ts, after) // checked by parseRequest
+	}
+	for i < len(ts) {
+		t := ts[i]
+		pg, err := e.snapshotPage(s.ctx, t.res, s.principal(), t.scope, after, hasAfter, s.limit, ts.multi())
 		if err != nil {
 			return 0, err
 		}
@@ -72,15 +82,20 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 		}
 		if pg.n > 0 {
 			cur := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start), Snapshot: true, After: pg.lastKey}
+			if ts.multi() {
+				cur.After = multiAfter(t.res.schema.Name, pg.lastKey, true)
+			}
 			if err := s.sendPage(pg, cur.String()); err != nil {
 				return 0, err
 			}
 		}
 		if pg.read < s.limit {
-			return start, nil
+			i, after, hasAfter = i+1, "", false
+			continue
 		}
 		after, hasAfter = pg.lastKey, true
 	}
+	return start, nil
 }
 
 // replayAhead is how many replay pages are read ahead of the one being
@@ -101,7 +116,7 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 	// A recent range is in the engine's memory once the tailer has
 	// dispatched up to the high-water, which it is about to.
 	if e.cache.recent.holds(from) && e.cache.recent.await(s.ctx, until, historyWait) {
-		if changes, ok := e.cache.recent.read(s.scope, from, until); ok {
+		if changes, ok := e.cache.recent.read(s.targets, from, until); ok {
 			e.stats.replayMemory.Add(1)
 			return s.sendChanges(changes)
 		}
@@ -113,6 +128,17 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 	go func() {
 		defer e.wg.Done()
 		defer close(pages)
+		if s.targets.multi() {
+			s.readMulti(ctx, from, until, func(pg page, err error) bool {
+				select {
+				case pages <- result{pg, err}:
+					return true
+				case <-ctx.Done():
+					return false
+				}
+			})
+			return
+		}
 		for after := from; ; {
 			pg, err := e.replayPage(ctx, s.res, s.principal(), s.scope, after, until, s.limit)
 			select {
@@ -144,12 +170,22 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 const historyWait = time.Second
 
 // sendChanges sends changes read from the engine's memory, in pages.
+// A subscription of several resources gets pages that end at commit
+// boundaries (pageEnd), its entries naming their resource.
 func (s *subscription) sendChanges(changes []feed.Change) error {
+	multi := s.targets.multi()
 	for len(changes) > 0 {
 		n := min(len(changes), s.limit)
+		if multi {
+			n = pageEnd(changes, s.limit)
+		}
 		pg := newPage(changes[:n])
 		for i := range changes[:n] {
-			pg.addChange(s.res, s.principal(), &changes[i], false)
+			r := s.res
+			if multi {
+				r = s.targets.of(changes[i].Resource).res
+			}
+			pg.addChange(r, s.principal(), &changes[i], false, multi)
 			pg.last = changes[i].Pos
 		}
 		if pg.n > 0 {

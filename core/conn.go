@@ -195,7 +195,7 @@ func (c *conn) refresh(f protocol.ClientFrame) {
 
 func (c *conn) subscribe(f protocol.ClientFrame) {
 	e := c.e
-	req, err := e.parseRequest(f.Resource, f.Conditions, f.Cursor, f.Limit)
+	req, err := e.parseRequest(f.Resource, f.Resources, f.Conditions, f.Cursor, f.Limit)
 	if err != nil {
 		e.cfg.Observer.SubscribeRefused(resourceName(req.res), err.Code)
 		c.sendError(f.ID, err)
@@ -215,6 +215,7 @@ func (c *conn) subscribe(f protocol.ClientFrame) {
 		return
 	}
 	s := newSubscription(c, f.ID, req.res, req.scope, req.limit)
+	s.targets = req.targets
 	c.subs[f.ID] = s
 	e.wg.Add(1)
 	c.mu.Unlock()

@@ -98,6 +98,15 @@ type entryBytes struct {
 	upsert []byte  // the change as an upsert entry (upserts only)
 	delete []byte  // the change as a delete entry (deletes only; a hidden upsert gets view.hiddenDelete)
 	view   rowView // what row filters need, computed on first use (pages.go)
+	named  []byte  // the shared entry naming its resource, for groups of several resources (targets.go)
+}
+
+// of returns the change's shared entry: its upsert or its delete.
+func (eb *entryBytes) of(c *feed.Change) []byte {
+	if c.Op == feed.OpUpsert {
+		return eb.upsert
+	}
+	return eb.delete
 }
 
 // encodeEntries encodes c for the wire.
@@ -144,8 +153,13 @@ type resIndex struct {
 type group struct {
 	scope feed.Scope
 	res   *resource
-	subs  []*subscription
-	pend  []pending // changes of the batch being dispatched that match
+	// targets are the group's scopes: one, or for subscriptions of several
+	// resources, one per resource; the group is indexed under each
+	// resource, and a dispatch hands each subscription all its changes of
+	// every resource in one batch.
+	targets targets
+	subs    []*subscription
+	pend    []pending // changes of the batch being dispatched that match
 }
 
 // pending is a change matched to a group during a dispatch, with its
@@ -159,34 +173,51 @@ func newHub(e *Engine) *hub {
 	return &hub{e: e, res: map[string]*resIndex{}, writers: make(chan *conn)}
 }
 
-// add registers s under its scope.
+// add registers s under its scopes.
 func (h *hub) add(s *subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	name := s.scope.Schema.Name
-	ri := h.res[name]
-	if ri == nil {
-		ri = &resIndex{groups: map[string]*group{}, byCol: make([]map[string][]*group, len(s.scope.Schema.Scope))}
-		h.res[name] = ri
+	ts := s.scopes()
+	key := ts.key()
+	first := h.res[s.scope.Schema.Name]
+	var g *group
+	if first != nil {
+		g = first.groups[key]
 	}
-	g := ri.groups[s.scope.Key()]
 	if g == nil {
-		g = &group{scope: s.scope, res: s.res}
-		ri.groups[s.scope.Key()] = g
-		h.groupAdded(g.scope)
-		if len(g.scope.Conds) == 0 {
-			ri.all = append(ri.all, g)
-		} else {
-			c := g.scope.Conds[0]
-			if ri.byCol[c.Col] == nil {
-				ri.byCol[c.Col] = map[string][]*group{}
-			}
-			for _, v := range c.Values {
-				ri.byCol[c.Col][v] = append(ri.byCol[c.Col][v], g)
-			}
+		g = &group{scope: s.scope, res: s.res, targets: ts}
+		for _, t := range g.targets {
+			h.index(t.scope).addGroup(key, t.scope, g)
+			h.groupAdded(t.scope)
 		}
 	}
 	g.subs = append(g.subs, s)
+}
+
+// index returns the index of sc's resource, creating it.
+func (h *hub) index(sc feed.Scope) *resIndex {
+	ri := h.res[sc.Schema.Name]
+	if ri == nil {
+		ri = &resIndex{groups: map[string]*group{}, byCol: make([]map[string][]*group, len(sc.Schema.Scope))}
+		h.res[sc.Schema.Name] = ri
+	}
+	return ri
+}
+
+// addGroup indexes g under key and the values of sc's first condition.
+func (ri *resIndex) addGroup(key string, sc feed.Scope, g *group) {
+	ri.groups[key] = g
+	if len(sc.Conds) == 0 {
+		ri.all = append(ri.all, g)
+		return
+	}
+	c := sc.Conds[0]
+	if ri.byCol[c.Col] == nil {
+		ri.byCol[c.Col] = map[string][]*group{}
+	}
+	for _, v := range c.Values {
+		ri.byCol[c.Col][v] = append(ri.byCol[c.Col][v], g)
+	}
 }
 
 // remove unregisters s; removing an unregistered subscription is a no-op.
@@ -197,7 +228,8 @@ func (h *hub) remove(s *subscription) {
 	if ri == nil {
 		return
 	}
-	g := ri.groups[s.scope.Key()]
+	key := s.scopes().key()
+	g := ri.groups[key]
 	if g == nil {
 		return
 	}
@@ -212,13 +244,22 @@ func (h *hub) remove(s *subscription) {
 	if len(g.subs) > 0 {
 		return
 	}
-	delete(ri.groups, s.scope.Key())
-	h.groupRemoved(g.scope)
-	if len(g.scope.Conds) == 0 {
+	for _, t := range g.targets {
+		if ri := h.res[t.scope.Schema.Name]; ri != nil {
+			ri.removeGroup(key, t.scope, g)
+		}
+		h.groupRemoved(t.scope)
+	}
+}
+
+// removeGroup undoes addGroup.
+func (ri *resIndex) removeGroup(key string, sc feed.Scope, g *group) {
+	delete(ri.groups, key)
+	if len(sc.Conds) == 0 {
 		ri.all = deleteGroup(ri.all, g)
 		return
 	}
-	c := g.scope.Conds[0]
+	c := sc.Conds[0]
 	for _, v := range c.Values {
 		if gs := deleteGroup(ri.byCol[c.Col][v], g); len(gs) > 0 {
 			ri.byCol[c.Col][v] = gs
@@ -283,7 +324,11 @@ func (h *hub) dispatch(changes []feed.Change) {
 // on first use; it returns the (possibly new) encoding and the list of
 // groups with queued changes.
 func (g *group) match(c *feed.Change, enc *entryBytes, active []*group) (*entryBytes, []*group) {
-	if !g.scope.Match(c.Scope) {
+	if g.targets.multi() {
+		if !g.targets.match(c) {
+			return enc, active
+		}
+	} else if !g.scope.Match(c.Scope) {
 		return enc, active
 	}
 	if enc == nil {
@@ -302,13 +347,13 @@ func (g *group) match(c *feed.Change, enc *entryBytes, active []*group) (*entryB
 // filter that shows it every row) gets one shared batch; only a principal
 // that a filter hides rows from gets a batch of its own.
 func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
+	if g.targets.multi() {
+		g.flushMulti(kicks)
+		return
+	}
 	shared := liveBatch{entries: make([][]byte, 0, len(g.pend)), pos: make([]feed.Position, 0, len(g.pend))}
 	for _, p := range g.pend {
-		e := p.enc.delete
-		if p.c.Op == feed.OpUpsert {
-			e = p.enc.upsert
-		}
-		shared.add(e, p.c.Pos)
+		shared.add(p.enc.of(p.c), p.c.Pos)
 	}
 	if g.res.filter == nil {
 		for _, s := range g.subs {

@@ -31,6 +31,9 @@ func FuzzServeFrame(f *testing.F) {
 		`{"v":1,"type":"hello"}`,
 		`{"v":2,"type":"hello"}`,
 		`{"v":1,"type":"subscribe","id":"x","resource":"todos","conditions":{"project_id":[[[[]]]]}}`,
+		`{"v":1,"type":"subscribe","id":"m1","resources":["todos","comments"],"conditions":{"project_id":"p7"},"limit":1}`,
+		`{"v":1,"type":"subscribe","id":"m2","resources":["comments","todos"],"conditions":{"project_id":"p7"},"cursor":"1s.x.1.dG9kb3MAdDE"}`,
+		`{"v":1,"type":"subscribe","id":"m3","resources":["todos","nope"]}`,
 		`{"v":1,"type":"sub`, `null`, `[]`, `{}`, "\xff\xfe",
 	} {
 		f.Add([]byte(s))
@@ -44,6 +47,11 @@ func FuzzServeFrame(f *testing.F) {
 		f.Fatal(err)
 	}
 	_ = todos.Upsert(f.Context(), todo{ID: "t1", ProjectID: "p7", Title: "x"})
+	comments, err := core.Register(e, core.Resource[mtComment]{Table: "comments", Authorize: projectPolicy})
+	if err != nil {
+		f.Fatal(err)
+	}
+	_ = comments.Upsert(f.Context(), mtComment{ID: "c1", ProjectID: "p7"})
 	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
 	var (

@@ -157,12 +157,8 @@ func (tx *Tx) apply(ctx context.Context, r *resource, muts []feed.Mutation) erro
 		if len(tx.entries) > 0 {
 			tx.entries = append(tx.entries, ',')
 		}
-		// The entry ends with '}': name its resource before it, as ack
-		// entries may be of any resource.
-		tx.entries = append(tx.entries, entry[:len(entry)-1]...)
-		tx.entries = append(tx.entries, `,"resource":`...)
-		tx.entries = protocol.AppendString(tx.entries, r.schema.Name)
-		tx.entries = append(tx.entries, '}')
+		// Ack entries may be of any resource: each names its own.
+		tx.entries = appendResource(append(tx.entries, entry...), r.schema.Name)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 type PollRequest struct {
 	V          int                        `json:"v"`
 	Resource   string                     `json:"resource"`
+	Resources  []string                   `json:"resources,omitempty"`
 	Conditions map[string]json.RawMessage `json:"conditions,omitempty"`
 	Cursor     string                     `json:"cursor,omitempty"`
 	Limit      int                        `json:"limit,omitempty"`
@@ -36,14 +37,14 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	if req.V != protocol.Version {
 		return nil, protocol.Errorf(protocol.CodeUnsupportedVersion, "protocol version %d is not supported; this server speaks %d", req.V, protocol.Version)
 	}
-	r, perr := e.parseRequest(req.Resource, req.Conditions, req.Cursor, req.Limit)
+	r, perr := e.parseRequest(req.Resource, req.Resources, req.Conditions, req.Cursor, req.Limit)
 	if perr != nil {
 		return nil, perr
 	}
-	if err := r.res.authorize(ctx, p, r.scope); err != nil {
+	if err := r.targets.authorize(ctx, p); err != nil {
 		return nil, err
 	}
-	if err := e.checkCapture(ctx, r.res); err != nil {
+	if err := e.checkCaptures(ctx, r.targets); err != nil {
 		return nil, err
 	}
 	sp := e.startOf(r)
@@ -53,19 +54,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 		return protocol.Reset("", sp.reset), nil
 	}
 	if sp.snapshot {
-		pg, err := e.snapshotPage(ctx, r.res, p, r.scope, sp.after, sp.resumed, r.limit)
-		if err != nil {
-			return nil, err
-		}
-		start := pg.pos
-		if sp.resumed {
-			start = sp.pos
-		}
-		next := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start)}
-		if pg.read == r.limit {
-			next.Snapshot, next.After = true, pg.lastKey
-		}
-		return encodePollPage(pg, next.String(), true), nil
+		return e.pollSnapshot(ctx, p, r, sp)
 	}
 	hw, err := e.highWater(ctx, sp.pos)
 	reason := protocol.ResetCursorExpired
@@ -74,7 +63,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	}
 	var pg page
 	if err == nil {
-		pg, err = e.replayPage(ctx, r.res, p, r.scope, sp.pos, hw, r.limit)
+		pg, err = e.replayPageOf(ctx, r.targets, p, sp.pos, hw, r.limit)
 	}
 	if errors.Is(err, feed.ErrCursorExpired) {
 		e.stats.resets.Add(1)
@@ -85,6 +74,35 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 		return nil, err
 	}
 	return encodePollPage(pg, e.cursorString(pg.next), !pg.done), nil
+}
+
+// pollSnapshot answers a poll with the next snapshot page. A subscription
+// of several resources pages them one after the other, as on a socket; its
+// cursor names the resource the next page is of.
+func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, r request, sp startPoint) ([]byte, error) {
+	ts, i, after, hasAfter := r.targets, 0, sp.after, sp.resumed
+	if ts.multi() && hasAfter {
+		i, after, hasAfter, _ = parseMultiAfter(ts, after) // checked by parseRequest
+	}
+	t := ts[i]
+	pg, err := e.snapshotPage(ctx, t.res, p, t.scope, after, hasAfter, r.limit, ts.multi())
+	if err != nil {
+		return nil, err
+	}
+	start := pg.pos
+	if sp.resumed {
+		start = sp.pos
+	}
+	next := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start)}
+	switch {
+	case pg.read == r.limit && ts.multi():
+		next.Snapshot, next.After = true, multiAfter(t.res.schema.Name, pg.lastKey, true)
+	case pg.read == r.limit:
+		next.Snapshot, next.After = true, pg.lastKey
+	case i+1 < len(ts):
+		next.Snapshot, next.After = true, multiAfter(ts[i+1].res.schema.Name, "", false)
+	}
+	return encodePollPage(pg, next.String(), true), nil
 }
 
 func encodePollPage(pg page, cursor string, more bool) []byte {

@@ -176,10 +176,10 @@ func (f *follower) skipped(pos feed.Position) {
 }
 
 // joined is called once s is in the hub. If a change s's policy may depend
-// on was noted since the policy ran (s.followGen), the round that handled
+// on was noted since the policy ran (s.followGen, over all its resources), the round that handled
 // it may not have seen s: s is re-checked.
 func (f *follower) joined(s *subscription) {
-	if s.res == nil || s.res.followGen.Load() == s.followGen {
+	if s.res == nil || s.scopes().followGen() == s.followGen {
 		return
 	}
 	f.mu.Lock()

@@ -52,9 +52,15 @@ func (pg *page) add(entry []byte) {
 
 // addChange appends the entry p receives for c, encoding it in place when
 // the resource has no row filter (the common case: no per-entry garbage).
-func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapshot bool) {
+// named adds the change's resource to the entry (subscriptions of several
+// resources).
+func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapshot, named bool) {
 	if r.filter != nil {
+		n := pg.n
 		pg.add(r.see(p, c, nil, snapshot))
+		if named && pg.n > n {
+			pg.buf = appendResource(pg.buf, c.Resource)
+		}
 		return
 	}
 	if pg.n > 0 {
@@ -65,7 +71,18 @@ func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapsh
 	} else {
 		pg.buf = protocol.AppendEntry(pg.buf, "delete", c.Key, nil, c.Origin)
 	}
+	if named {
+		pg.buf = appendResource(pg.buf, c.Resource)
+	}
 	pg.n++
+}
+
+// appendResource names the resource of the entry that b ends with: the
+// entry's closing brace becomes a "resource" field and the brace.
+func appendResource(b []byte, resource string) []byte {
+	b = append(b[:len(b)-1], `,"resource":`...)
+	b = protocol.AppendString(b, resource)
+	return append(b, '}')
 }
 
 // frame turns the page into a changes frame with the given header, in
@@ -80,6 +97,15 @@ func (pg *page) frame(header []byte) []byte {
 		f = append(header, pg.entries()...)
 	}
 	return protocol.AppendChangesEnd(f)
+}
+
+// replayPageOf reads the next page of a subscription's changes in (after,
+// until]: replayPage for one resource, multiReplayPage for several.
+func (e *Engine) replayPageOf(ctx context.Context, ts targets, p authz.Principal, after, until feed.Position, limit int) (page, error) {
+	if ts.multi() {
+		return e.multiReplayPage(ctx, ts, p, after, until, limit)
+	}
+	return e.replayPage(ctx, ts[0].res, p, ts[0].scope, after, until, limit)
 }
 
 // replayPage reads the next page of the changes of sc in (after, until]:
@@ -97,7 +123,7 @@ func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal,
 	pg := newPage(sl.changes)
 	pg.last, pg.next, pg.done = after, sl.next, sl.done
 	for i := range sl.changes {
-		pg.addChange(r, p, &sl.changes[i], false)
+		pg.addChange(r, p, &sl.changes[i], false, false)
 		pg.last = sl.changes[i].Pos
 	}
 	return pg, nil
@@ -105,7 +131,10 @@ func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal,
 
 // snapshotPage reads up to limit current rows of sc with keys after the
 // given one.
-func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int) (page, error) {
+//
+// named adds the resource to every entry (subscriptions of several
+// resources).
+func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int, named bool) (page, error) {
 	release, err := e.acquireCatchUp(ctx, p)
 	if err != nil {
 		return page{}, err
@@ -118,7 +147,7 @@ func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principa
 	pg := newPage(sp.Rows)
 	pg.pos, pg.lastKey = sp.Pos, after
 	for i := range sp.Rows {
-		pg.addChange(r, p, &sp.Rows[i], true)
+		pg.addChange(r, p, &sp.Rows[i], true, named)
 		pg.lastKey = sp.Rows[i].Key
 	}
 	return pg, nil

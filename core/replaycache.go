@@ -288,9 +288,9 @@ func (h *history) await(ctx context.Context, pos feed.Position, wait time.Durati
 	}
 }
 
-// read returns the changes of sc in (after, until], or false if they are
-// not all held.
-func (h *history) read(sc feed.Scope, after, until feed.Position) ([]feed.Change, bool) {
+// read returns the changes of the scopes of ts in (after, until], or false
+// if they are not all held.
+func (h *history) read(ts targets, after, until feed.Position) ([]feed.Change, bool) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if after < h.floor || until > h.top {
@@ -305,7 +305,7 @@ func (h *history) read(sc feed.Scope, after, until feed.Position) ([]feed.Change
 		if c.Pos > until {
 			break
 		}
-		if c.Resource == sc.Schema.Name && sc.Match(c.Scope) {
+		if ts.match(c) {
 			out = append(out, *c)
 		}
 	}

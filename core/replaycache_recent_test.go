@@ -42,7 +42,7 @@ func TestHistory(t *testing.T) {
 		{all, 9, 14, nil, false},  // before what is held
 		{all, 10, 15, nil, false}, // beyond what was dispatched
 	} {
-		got, ok := h.read(tt.sc, tt.after, tt.until)
+		got, ok := h.read(targets{{scope: tt.sc}}, tt.after, tt.until)
 		if ok != tt.ok || len(got) != len(tt.want) {
 			t.Fatalf("read(%d, %d) = %v %v, want %v %v", tt.after, tt.until, positions(got), ok, tt.want, tt.ok)
 		}
@@ -57,7 +57,7 @@ func TestHistory(t *testing.T) {
 	if h.holds(10) || !h.holds(11) {
 		t.Fatalf("floor %d after eviction", h.floor)
 	}
-	if got, ok := h.read(all, 12, 16); !ok || len(got) != 3 {
+	if got, ok := h.read(targets{{scope: all}}, 12, 16); !ok || len(got) != 3 {
 		t.Fatalf("after eviction: %v %v", positions(got), ok)
 	}
 	// await returns once the tailer reaches the position, or gives up.
@@ -72,7 +72,7 @@ func TestHistory(t *testing.T) {
 	}
 	// A reset forgets everything held.
 	h.reset(20)
-	if _, ok := h.read(all, 17, 20); ok {
+	if _, ok := h.read(targets{{scope: all}}, 17, 20); ok {
 		t.Fatal("read across a reset")
 	}
 }

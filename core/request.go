@@ -27,34 +27,33 @@ func (e *Engine) cursorString(pos feed.Position) string {
 // request is a validated subscribe request, from a subscribe frame or a
 // poll: the scope to catch up, the page size and the client's cursor.
 type request struct {
-	res       *resource
-	scope     feed.Scope
+	res       *resource  // the first of targets
+	scope     feed.Scope // the first of targets
+	targets   targets
 	limit     int
 	cursor    protocol.Cursor
 	hasCursor bool
 }
 
-// parseRequest validates a subscribe request: the resource exists, the
-// conditions name its scope columns with values of their kinds, the cursor
-// is one tide issued and the limit is not negative. Authorization comes
-// after, once the request is known to be well-formed.
-func (e *Engine) parseRequest(resource string, conds map[string]json.RawMessage, cursor string, limit int) (request, *protocol.Error) {
-	r := e.resource(resource)
-	if r == nil {
-		return request{}, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(resource, 64))
-	}
-	if len(conds) > protocol.MaxConditionsN {
-		return request{}, protocol.Errorf(protocol.CodeTooManyConditions, "at most %d conditions", protocol.MaxConditionsN)
-	}
-	scope, err := parseConditions(r.schema, conds, e.cfg.MaxConditions, e.cfg.MaxConditionValues)
+// parseRequest validates a subscribe request: the resources exist, the
+// conditions name scope columns of each with values of their kinds, the
+// cursor is one tide issued and the limit is not negative. Authorization
+// comes after, once the request is known to be well-formed. resources, if
+// not empty, lists the resources of a subscription of several (resource is
+// then one of them, or empty).
+func (e *Engine) parseRequest(resource string, resources []string, conds map[string]json.RawMessage, cursor string, limit int) (request, *protocol.Error) {
+	ts, err := e.parseTargets(resource, resources, conds)
 	if err != nil {
 		return request{}, err
 	}
-	req := request{res: r, scope: scope}
+	req := request{res: ts[0].res, scope: ts[0].scope, targets: ts}
 	if cursor != "" {
 		cur, perr := protocol.ParseCursor(cursor)
 		if perr != nil {
 			return request{}, protocol.Errorf(protocol.CodeInvalidCursor, "the cursor is not one this server issued")
+		}
+		if _, _, _, ok := parseMultiAfter(ts, cur.After); cur.Snapshot && ts.multi() && !ok {
+			return request{}, protocol.Errorf(protocol.CodeInvalidCursor, "the cursor is not one of this subscription's resources")
 		}
 		req.cursor, req.hasCursor = cur, true
 	}

@@ -178,7 +178,7 @@ func (c *conn) recheckSub(ctx context.Context, s *subscription, p authz.Principa
 	if s.isClosed() {
 		return false, nil
 	}
-	err := s.res.authorize(ctx, p, s.scope)
+	err := s.scopes().authorize(ctx, p)
 	if err == nil {
 		return false, nil
 	}

@@ -32,12 +32,15 @@ type subscription struct {
 	c      *conn
 	id     string
 	idJSON []byte
-	res    *resource
-	scope  feed.Scope
-	limit  int
-	ctx    context.Context
-	cancel context.CancelFunc
-	closed atomic.Bool
+	res    *resource  // the first of targets
+	scope  feed.Scope // the first of targets
+	// targets are the subscription's resources and their scopes: one, or
+	// several under one cursor (targets.go).
+	targets targets
+	limit   int
+	ctx     context.Context
+	cancel  context.CancelFunc
+	closed  atomic.Bool
 
 	mu        sync.Mutex
 	state     subState
@@ -50,7 +53,7 @@ type subscription struct {
 	// advance).
 	advanceTo feed.Position
 
-	followGen uint64 // res.followGen when the policy ran (recheck.go)
+	followGen uint64 // scopes().followGen() when the policy ran (recheck.go)
 
 	// Owned by the goroutine that runs catch-up (observer.go).
 	trace      context.Context // carries the span of the subscribe or resync
@@ -61,7 +64,7 @@ type subscription struct {
 func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) *subscription {
 	ctx, cancel := context.WithCancel(c.e.ctx)
 	return &subscription{
-		c: c, id: id, idJSON: protocol.AppendString(nil, id), res: r, scope: sc, limit: limit,
+		c: c, id: id, idJSON: protocol.AppendString(nil, id), res: r, scope: sc, targets: targets{{r, sc}}, limit: limit,
 		ctx: ctx, cancel: cancel, state: subCatchingUp,
 	}
 }
@@ -81,7 +84,7 @@ func (s *subscription) start(req request) {
 		err = e.awaitReady(s.ctx)
 	}
 	if err == nil {
-		err = e.checkCapture(s.ctx, s.res)
+		err = e.checkCaptures(s.ctx, s.scopes())
 	}
 	if err == nil {
 		// Live interest first (in the hub, and in the bus: bus.go), then
@@ -101,8 +104,8 @@ func (s *subscription) start(req request) {
 }
 
 func (s *subscription) authorize() error {
-	s.followGen = s.res.followGen.Load()
-	return s.res.authorize(s.ctx, s.principal(), s.scope)
+	s.followGen = s.scopes().followGen()
+	return s.scopes().authorize(s.ctx, s.principal())
 }
 
 // push offers live changes to the subscription. It runs on the tailer's

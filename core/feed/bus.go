@@ -15,7 +15,9 @@ type Bus interface {
 	// Tail has Feed.Tail's contract: it blocks until at least one change
 	// after `after` is available, then returns up to limit (positive) of them
 	// in position order. A bus may skip changes nobody on this node is
-	// interested in (see Interested), never others.
+	// interested in (see Interested), never others. A result shorter than
+	// limit ends at a commit boundary: it holds every change of its last
+	// change's group (feed.Change.Tx), or that change has Tx zero.
 	//
 	// It returns ErrCursorExpired when it cannot guarantee that every change
 	// after `after` is still available (the node fell behind what the bus

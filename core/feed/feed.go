@@ -63,7 +63,21 @@ type Change struct {
 	// Resources without a row filter never read it.
 	PrevKnown bool
 	Prev      json.RawMessage
+
+	// Tx groups changes that committed together: the changes of one
+	// transaction carry the same non-zero Tx, and their positions are
+	// contiguous (a commit's changes are never interleaved with another
+	// commit's). A feed may put several transactions in one group (the
+	// Postgres feed's groups are its sequencer's steps, which never split
+	// a transaction); readers compare it only between changes of nearby
+	// positions, to deliver a commit's changes together. Zero means the
+	// feed does not say: such a change is a group of its own.
+	Tx uint64
 }
+
+// SameCommit reports whether a and b are known to belong to one commit
+// group (see Change.Tx).
+func SameCommit(a, b *Change) bool { return a.Tx != 0 && a.Tx == b.Tx }
 
 // Mutation is one write of a Writer.
 type Mutation struct {

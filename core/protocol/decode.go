@@ -48,7 +48,7 @@ func (f *ClientFrame) Validate() *Error {
 		if err := checkRequired("id", f.ID, MaxIDLen); err != nil {
 			return err
 		}
-		if err := checkRequired("resource", f.Resource, MaxNameLen); err != nil {
+		if err := CheckResources(f.Resource, f.Resources); err != nil {
 			return err
 		}
 		if len(f.Conditions) > MaxConditionsN {
@@ -94,6 +94,34 @@ func (f *ClientFrame) Validate() *Error {
 		return Errorf(CodeBadFrame, `missing frame "type"`)
 	default:
 		return Errorf(CodeUnknownType, "unknown frame type %q", Truncate(f.Type, 32))
+	}
+	return nil
+}
+
+// CheckResources checks the resources a subscribe names: resource alone,
+// or a list of 1 to MaxResourcesN distinct names (resources), which
+// resource, when also given, must be part of.
+func CheckResources(resource string, resources []string) *Error {
+	if len(resources) == 0 {
+		return checkRequired("resource", resource, MaxNameLen)
+	}
+	if len(resources) > MaxResourcesN {
+		return Errorf(CodeBadFrame, "at most %d resources", MaxResourcesN)
+	}
+	found := resource == ""
+	for i, r := range resources {
+		if err := checkRequired("resources", r, MaxNameLen); err != nil {
+			return err
+		}
+		for _, o := range resources[:i] {
+			if o == r {
+				return Errorf(CodeBadFrame, "resources names %q twice", Truncate(r, 64))
+			}
+		}
+		found = found || r == resource
+	}
+	if !found {
+		return Errorf(CodeBadFrame, "resource %q is not one of resources", Truncate(resource, 64))
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ const (
 	MaxOriginLen   = 128  // origins
 	MaxTokenLen    = 8192 // channel tokens
 	MaxConditionsN = 64   // conditions of one subscribe, before the server's own (lower) limit
+	MaxResourcesN  = 16   // resources of one subscribe
 	MaxKeyLen      = 128  // mutation idempotency keys
 )
 
@@ -52,6 +53,7 @@ type ClientFrame struct {
 	// subscribe, unsubscribe
 	ID         string                     `json:"id,omitempty"`
 	Resource   string                     `json:"resource,omitempty"`
+	Resources  []string                   `json:"resources,omitempty"` // subscribe: several resources under one cursor
 	Conditions map[string]json.RawMessage `json:"conditions,omitempty"`
 	Cursor     string                     `json:"cursor,omitempty"`
 	Limit      int                        `json:"limit,omitempty"`

@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,6 +41,15 @@ func TestDecodeClientFrame(t *testing.T) {
 		{"subscribe negative limit", `{"v":1,"type":"subscribe","id":"s","resource":"todos","limit":-1}`, CodeBadFrame},
 		{"subscribe fractional limit", `{"v":1,"type":"subscribe","id":"s","resource":"todos","limit":1.5}`, CodeBadFrame},
 		{"subscribe cursor too long", `{"v":1,"type":"subscribe","id":"s","resource":"todos","cursor":"` + strings.Repeat("c", 1100) + `"}`, CodeInvalidCursor},
+		{"subscribe resources", `{"v":1,"type":"subscribe","id":"s","resources":["todos","comments"],"conditions":{"project_id":"p7"}}`, ""},
+		{"subscribe resources with resource among them", `{"v":1,"type":"subscribe","id":"s","resource":"todos","resources":["todos","comments"]}`, ""},
+		{"subscribe resource outside resources", `{"v":1,"type":"subscribe","id":"s","resource":"notes","resources":["todos","comments"]}`, CodeBadFrame},
+		{"subscribe resources twice", `{"v":1,"type":"subscribe","id":"s","resources":["todos","todos"]}`, CodeBadFrame},
+		{"subscribe resources empty name", `{"v":1,"type":"subscribe","id":"s","resources":["todos",""]}`, CodeBadFrame},
+		{"subscribe resources name too long", `{"v":1,"type":"subscribe","id":"s","resources":["` + long + `"]}`, CodeBadFrame},
+		{"subscribe resources not strings", `{"v":1,"type":"subscribe","id":"s","resources":[1]}`, CodeBadFrame},
+		{"subscribe too many resources", `{"v":1,"type":"subscribe","id":"s","resources":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}`, CodeBadFrame},
+		{"subscribe empty resources", `{"v":1,"type":"subscribe","id":"s","resources":[]}`, CodeBadFrame},
 		{"unsubscribe without id", `{"v":1,"type":"unsubscribe"}`, CodeBadFrame},
 		{"refresh without token", `{"v":1,"type":"refresh"}`, CodeBadFrame},
 		{"hello build too long", `{"v":1,"type":"hello","build":"` + long + `"}`, CodeBadFrame},
@@ -78,6 +88,8 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		`{"v":1,"type":"refresh","token":"x"}`,
 		`{"v":1,"type":"mutate","key":"k1","seq":1,"resource":"todos","name":"add","args":{"id":"t1"},"at":1764590000000}`,
 		`{"v":2}`, `{}`, `[]`, `null`, `{"v":1,"type":"subscribe","id":"\u0000"}`,
+		`{"v":1,"type":"subscribe","id":"m","resources":["todos","comments"],"conditions":{"project_id":"p7"},"cursor":"1s.e.5.dG9kb3MAazE"}`,
+		`{"v":1,"type":"subscribe","id":"m","resource":"x","resources":["todos","todos"]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -98,8 +110,16 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		}
 		switch fr.Type {
 		case FrameSubscribe:
-			if fr.ID == "" || fr.Resource == "" || fr.Limit < 0 {
+			if fr.ID == "" || (fr.Resource == "" && len(fr.Resources) == 0) || fr.Limit < 0 || len(fr.Resources) > MaxResourcesN {
 				t.Fatalf("accepted incomplete subscribe %+v", fr)
+			}
+			for i, r := range fr.Resources {
+				if r == "" || slices.Contains(fr.Resources[:i], r) {
+					t.Fatalf("accepted resources %q", fr.Resources)
+				}
+			}
+			if fr.Resource != "" && len(fr.Resources) > 0 && !slices.Contains(fr.Resources, fr.Resource) {
+				t.Fatalf("accepted resource %q outside resources %q", fr.Resource, fr.Resources)
 			}
 		case FrameUnsubscribe:
 			if fr.ID == "" {

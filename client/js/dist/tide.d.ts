@@ -136,6 +136,8 @@ export interface LogItem {
 export interface ScopeCopy {
     digest: string;
     resource: string;
+    /** A scope of several resources: all of them, sorted; rows are keyed resource + "\u0000" + key. */
+    resources?: string[];
     conditions: Conditions | undefined;
     base: Map<string, Row>;
     cursor: string;
@@ -166,12 +168,15 @@ export declare class Replica {
     /** Drops the landed items whose ack cursor every scope of their resources has reached. */
     settle(): LogItem[];
 }
-/** applyBase returns base with one server batch applied (a new map). */
-export declare function applyBase(base: Map<string, Row>, reset: boolean, entries: Entry[]): Map<string, Row>;
+/** applyBase returns base with one server batch applied (a new map); a scope of several resources keys rows by resource too. */
+export declare function applyBase(base: Map<string, Row>, reset: boolean, entries: Entry[], sc?: {
+    resources?: string[];
+}): Map<string, Row>;
 /** A scope's persisted record: its rows and cursor, written together. */
 export interface ScopeRecord {
     digest: string;
     resource: string;
+    resources?: string[];
     conditions?: Conditions;
     cursor: string;
     rows: {
@@ -187,6 +192,9 @@ export interface Store {
     putMutation(it: LogItem): Promise<void>;
     deleteMutation(key: string): Promise<void>;
     meta(name: string, make: () => string): Promise<string>;
+    /** Every stored scope: the scopes the client follows, resumed on start. */
+    listScopes?(): Promise<ScopeRecord[]>;
+    deleteScope?(digest: string): Promise<void>;
 }
 /** memoryStore keeps everything in this page's memory. */
 export declare function memoryStore(): Store;
@@ -263,6 +271,8 @@ export interface Options {
     WebSocket?: typeof WebSocket;
     /** A fetch function (tests); default globalThis.fetch. */
     fetch?: typeof fetch;
+    /** false: do not resume the stored (followed) scopes on start. */
+    resume?: boolean;
 }
 /** The local side of a mutation: read rows (pending writes applied) and write whole rows. */
 export interface LocalTx {
@@ -298,9 +308,15 @@ export declare class Scope {
     private client;
     readonly resource: string;
     readonly conditions: Conditions | undefined;
+    /** A scope of several resources: all of them, sorted. */
+    readonly resources?: string[] | undefined;
     private listeners;
     private snap;
-    constructor(client: Client, resource: string, conditions: Conditions | undefined, condJSON: string);
+    constructor(client: Client, resource: string, conditions: Conditions | undefined, condJSON: string, 
+    /** A scope of several resources: all of them, sorted. */
+    resources?: string[] | undefined);
+    /** The rows of one of the scope's resources (a scope of several). */
+    rowsOf(resource: string): Row[];
     /** Calls fn with the snapshot now and after every change; returns the unsubscribe function. Works as a React useSyncExternalStore subscribe, and as a Svelte store. */
     subscribe: (fn: (s: ScopeSnapshot) => void) => (() => void);
     /** The current snapshot: the same object until the rows or state change. */
@@ -361,8 +377,17 @@ export declare class Client {
     /** Another tab's send of key was rejected: roll it back here too (it is out of the store). */
     private dropRejected;
     private insert;
-    /** Starts syncing a scope (the same scope twice returns the same Scope). */
-    scope(resource: string, conditions?: Conditions): Scope;
+    /**
+     * Starts syncing a scope (the same scope twice returns the same Scope):
+     * one resource, or several sharing the conditions' columns under one
+     * cursor, whose transactions arrive whole. The scope is followed until
+     * forget: a client started again on the same store resumes it.
+     */
+    scope(resource: string | string[], conditions?: Conditions): Scope;
+    /** The scopes this client follows, those resumed from the store included. */
+    followed(): Promise<Scope[]>;
+    /** Stops following s for good: it is closed and its stored copy deleted. */
+    forget(s: Scope): Promise<void>;
     /** Pending (unsettled) mutations. */
     get pendingKeys(): string[];
     private pending;

@@ -287,11 +287,17 @@ export interface LogItem {
 export interface ScopeCopy {
   digest: string;
   resource: string;
+  /** A scope of several resources: all of them, sorted; rows are keyed resource + "\u0000" + key. */
+  resources?: string[];
   conditions: Conditions | undefined;
   base: Map<string, Row>;
   cursor: string;
   view: Map<string, Row>;
 }
+
+/** Whether sc follows resource r, and the key of r's row k in sc's rows. */
+const covers = (sc: ScopeCopy, r: string) => (sc.resources ? sc.resources.includes(r) : sc.resource === r);
+const rowKey = (sc: { resources?: string[] }, r: string, k: string) => (sc.resources ? r + "\u0000" + k : k);
 
 function rowsEqual(a: Map<string, Row>, b: Map<string, Row>): boolean {
   if (a === b) return true;
@@ -322,8 +328,8 @@ export class Replica {
     let v: Row | null = null;
     for (const d of [...this.scopes.keys()].sort()) {
       const sc = this.scopes.get(d)!;
-      if (sc.resource === resource && sc.base.has(key)) {
-        v = sc.base.get(key)!;
+      if (covers(sc, resource) && sc.base.has(rowKey(sc, resource, key))) {
+        v = sc.base.get(rowKey(sc, resource, key))!;
         break;
       }
     }
@@ -335,10 +341,11 @@ export class Replica {
     let view: Map<string, Row> | null = null;
     for (const it of this.log)
       for (const op of it.ops) {
-        if (op.resource !== sc.resource) continue;
+        if (!covers(sc, op.resource)) continue;
         view ??= new Map(sc.base);
-        if (op.row !== null && matchesScope(sc.conditions, op.row)) view.set(op.key, op.row);
-        else view.delete(op.key);
+        const k = rowKey(sc, op.resource, op.key);
+        if (op.row !== null && matchesScope(sc.conditions, op.row)) view.set(k, op.row);
+        else view.delete(k);
       }
     return view ?? sc.base;
   }
@@ -348,7 +355,7 @@ export class Replica {
     const changed: ScopeCopy[] = [];
     for (const d of [...this.scopes.keys()].sort()) {
       const sc = this.scopes.get(d)!;
-      if (resources && !resources.includes(sc.resource)) continue;
+      if (resources && !resources.some((r) => covers(sc, r))) continue;
       const v = this.computeView(sc);
       const same = rowsEqual(sc.view, v);
       sc.view = v;
@@ -423,7 +430,7 @@ export class Replica {
     this.log = this.log.filter((it) => {
       if (!it.acked) return true;
       const res = new Set([it.resource, ...it.ops.map((o) => o.resource)].filter((r) => r !== ""));
-      for (const sc of this.scopes.values()) if (res.has(sc.resource) && newer(it.cursor, sc.cursor)) return true;
+      for (const sc of this.scopes.values()) if ([...res].some((r) => covers(sc, r)) && newer(it.cursor, sc.cursor)) return true;
       done.push(it);
       return false;
     });
@@ -436,12 +443,13 @@ function lastOp(ops: Op[], resource: string, key: string): Row | null | undefine
   return undefined;
 }
 
-/** applyBase returns base with one server batch applied (a new map). */
-export function applyBase(base: Map<string, Row>, reset: boolean, entries: Entry[]): Map<string, Row> {
+/** applyBase returns base with one server batch applied (a new map); a scope of several resources keys rows by resource too. */
+export function applyBase(base: Map<string, Row>, reset: boolean, entries: Entry[], sc: { resources?: string[] } = {}): Map<string, Row> {
   const next = reset ? new Map<string, Row>() : new Map(base);
   for (const e of entries) {
-    if (e.op === "upsert") next.set(e.key, e.row!);
-    else next.delete(e.key);
+    const k = rowKey(sc, e.resource ?? "", e.key);
+    if (e.op === "upsert") next.set(k, e.row!);
+    else next.delete(k);
   }
   return next;
 }
@@ -452,6 +460,7 @@ export function applyBase(base: Map<string, Row>, reset: boolean, entries: Entry
 export interface ScopeRecord {
   digest: string;
   resource: string;
+  resources?: string[];
   conditions?: Conditions;
   cursor: string;
   rows: { [key: string]: Row };
@@ -466,6 +475,9 @@ export interface Store {
   putMutation(it: LogItem): Promise<void>;
   deleteMutation(key: string): Promise<void>;
   meta(name: string, make: () => string): Promise<string>;
+  /** Every stored scope: the scopes the client follows, resumed on start. */
+  listScopes?(): Promise<ScopeRecord[]>;
+  deleteScope?(digest: string): Promise<void>;
 }
 
 const toStored = (it: LogItem): LogItem => {
@@ -488,6 +500,8 @@ export function memoryStore(): Store {
       if (!reset && old !== undefined && newer((JSON.parse(old) as ScopeRecord).cursor, rec.cursor)) return;
       scopes.set(rec.digest, JSON.stringify(rec));
     },
+    listScopes: async () => [...scopes.values()].map((s) => JSON.parse(s) as ScopeRecord),
+    deleteScope: async (d) => void scopes.delete(d),
     async loadQueue() {
       return [...queue.values()].map((s) => JSON.parse(s) as LogItem);
     },
@@ -540,6 +554,12 @@ export async function indexedDBStore(name = "tide"): Promise<Store> {
       await done(os.transaction);
     },
     loadQueue: () => req(tx("queue").getAll()) as Promise<LogItem[]>,
+    listScopes: () => req(tx("scopes").getAll()) as Promise<ScopeRecord[]>,
+    async deleteScope(d) {
+      const os = tx("scopes", "readwrite");
+      os.delete(d);
+      await done(os.transaction);
+    },
     async putMutation(it) {
       const os = tx("queue", "readwrite");
       os.put(toStored(it));
@@ -611,6 +631,8 @@ export interface Options {
   WebSocket?: typeof WebSocket;
   /** A fetch function (tests); default globalThis.fetch. */
   fetch?: typeof fetch;
+  /** false: do not resume the stored (followed) scopes on start. */
+  resume?: boolean;
 }
 
 /** The local side of a mutation: read rows (pending writes applied) and write whole rows. */
@@ -657,11 +679,22 @@ function deferred<T>(): Deferred<T> {
 
 const randomHex = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
 
-async function digestOf(resource: string, condJSON: string): Promise<string> {
-  const data = new TextEncoder().encode("tide-scope-v1\u0000" + resource + "\u0000" + (condJSON || "{}"));
+async function digestOf(names: string[], condJSON: string): Promise<string> {
+  const head = names.length > 1 ? "tide-scopes-v1\u0000" + names.join("\u0000") : "tide-scope-v1\u0000" + names[0];
+  const data = new TextEncoder().encode(head + "\u0000" + (condJSON || "{}"));
   const h = new Uint8Array(await crypto.subtle.digest("SHA-256", data));
   return Array.from(h, (b) => b.toString(16).padStart(2, "0")).join("");
 }
+
+const names = (s: Scope) => (s.resources ? { resources: s.resources } : { resource: s.resource });
+const record = (c: ScopeCopy, cursor: string, rows: Map<string, Row>): ScopeRecord => ({
+  digest: c.digest,
+  resource: c.resource,
+  ...(c.resources ? { resources: c.resources } : {}),
+  ...(c.conditions ? { conditions: c.conditions } : {}),
+  cursor,
+  rows: Object.fromEntries(rows),
+});
 
 /** A synced scope: its rows and state as a subscribe/getSnapshot pair. */
 export class Scope {
@@ -679,8 +712,14 @@ export class Scope {
     readonly resource: string,
     readonly conditions: Conditions | undefined,
     condJSON: string,
+    /** A scope of several resources: all of them, sorted. */
+    readonly resources?: string[],
   ) {
     this.ready = client._open(this, condJSON);
+  }
+  /** The rows of one of the scope's resources (a scope of several). */
+  rowsOf(resource: string): Row[] {
+    return [...(this.copy?.view ?? new Map<string, Row>())].filter(([k]) => !this.resources || k.startsWith(resource + "\u0000")).map(([, r]) => r);
   }
   /** Calls fn with the snapshot now and after every change; returns the unsubscribe function. Works as a React useSyncExternalStore subscribe, and as a Svelte store. */
   subscribe = (fn: (s: ScopeSnapshot) => void): (() => void) => {
@@ -800,6 +839,7 @@ export class Client {
       };
     }
     await this.loadQueue();
+    if (this.o.resume !== false) for (const r of (await this.store.listScopes?.()) ?? []) this.scope(r.resources ?? r.resource, r.conditions);
     this.connect();
   }
 
@@ -851,23 +891,43 @@ export class Client {
     this.pending();
   }
 
-  /** Starts syncing a scope (the same scope twice returns the same Scope). */
-  scope(resource: string, conditions?: Conditions): Scope {
-    const cj = canonicalConditions(conditions);
-    for (const s of this.scopes) if (s.resource === resource && canonicalConditions(s.conditions) === cj) return s;
-    const s = new Scope(this, resource, conditions, cj);
+  /**
+   * Starts syncing a scope (the same scope twice returns the same Scope):
+   * one resource, or several sharing the conditions' columns under one
+   * cursor, whose transactions arrive whole. The scope is followed until
+   * forget: a client started again on the same store resumes it.
+   */
+  scope(resource: string | string[], conditions?: Conditions): Scope {
+    const names = [...new Set(typeof resource === "string" ? [resource] : resource)].sort();
+    if (!names.length) throw new Error("tide: a scope needs a resource");
+    const key = names.join("\u0000") + "\u0000" + canonicalConditions(conditions);
+    for (const s of this.scopes) if ((s.resources ?? [s.resource]).join("\u0000") + "\u0000" + canonicalConditions(s.conditions) === key) return s;
+    const s = new Scope(this, names[0]!, conditions, canonicalConditions(conditions), names.length > 1 ? names : undefined);
     this.scopes.add(s);
     return s;
+  }
+
+  /** The scopes this client follows, those resumed from the store included. */
+  async followed(): Promise<Scope[]> {
+    await this.started.catch(() => {});
+    return [...this.scopes];
+  }
+
+  /** Stops following s for good: it is closed and its stored copy deleted. */
+  async forget(s: Scope) {
+    s.close();
+    await s.ready;
+    if (s.copy) await this.store.deleteScope?.(s.copy.digest);
   }
 
   /** @internal */
   async _open(s: Scope, condJSON: string) {
     await this.started.catch(() => {});
-    const digest = await digestOf(s.resource, condJSON);
+    const digest = await digestOf(s.resources ?? [s.resource], condJSON);
     const rec = await this.store.loadScope(digest);
     if (!this.scopes.has(s)) return;
     const base = new Map(Object.entries(rec?.rows ?? {}));
-    const copy: ScopeCopy = { digest, resource: s.resource, conditions: s.conditions, base, cursor: rec?.cursor ?? "", view: base };
+    const copy: ScopeCopy = { digest, resource: s.resource, resources: s.resources, conditions: s.conditions, base, cursor: rec?.cursor ?? "", view: base };
     s.copy = copy;
     this.replica.scopes.set(digest, copy);
     copy.view = this.replica.computeView(copy);
@@ -1123,9 +1183,9 @@ export class Client {
     if (f.type === "reset") {
       c.cursor = "";
       s.resetNext = true;
-      await this.store.saveScope({ digest: c.digest, resource: c.resource, conditions: s.conditions, cursor: "", rows: {} }, true);
+      await this.store.saveScope(record(c, "", new Map()), true);
       c.base = new Map();
-      this.changed(this.replica.refresh([c.resource]));
+      this.changed(this.replica.refresh(c.resources ?? [c.resource]));
       return;
     }
     if (f.type === "caught-up") {
@@ -1138,8 +1198,9 @@ export class Client {
     const reset = s.resetNext;
     if (!reset && !newer(f.cursor, c.cursor)) return; // a duplicate or older delivery
     for (const e of f.entries)
-      if (e.resource && e.resource !== c.resource) throw new ProtocolError(`changes of subscription ${f.id ?? ""} carry resource ${JSON.stringify(e.resource)}, not ${c.resource}`);
-    const next = applyBase(c.base, reset, f.entries);
+      if (c.resources ? !c.resources.includes(e.resource ?? "") : e.resource && e.resource !== c.resource)
+        throw new ProtocolError(`changes of subscription ${f.id ?? ""} carry resource ${JSON.stringify(e.resource)}, not ${c.resources ?? c.resource}`);
+    const next = applyBase(c.base, reset, f.entries, c);
     await this.saveBase(s, next, f.cursor, reset);
     s.resetNext = false;
     if (s.getSnapshot().state !== "live") s._set("catching-up");
@@ -1149,11 +1210,11 @@ export class Client {
   private async saveBase(s: Scope, next: Map<string, Row>, cursor: string, reset: boolean) {
     const c = s.copy!;
     const sub = s.sub;
-    await this.store.saveScope({ digest: c.digest, resource: c.resource, conditions: s.conditions, cursor, rows: Object.fromEntries(next) }, reset);
+    await this.store.saveScope(record(c, cursor, next), reset);
     if (sub !== s.sub && this.status.snap.transport === "ws") return; // the subscription ended meanwhile: not installed
     c.base = next;
     c.cursor = cursor;
-    this.changed(this.replica.refresh([c.resource]));
+    this.changed(this.replica.refresh(c.resources ?? [c.resource]));
   }
 
   private settle() {
@@ -1176,7 +1237,8 @@ export class Client {
     if (this.status.snap.transport === "poll") return this.pollScope(s);
     if (!this.welcomed || !this.ws) return;
     s.sub = String(++this.subSeq);
-    const f: { [k: string]: unknown } = { type: "subscribe", id: s.sub, resource: s.resource };
+    // A scope of several resources names them in resources only, so a server without them refuses it.
+    const f: { [k: string]: unknown } = { type: "subscribe", id: s.sub, ...names(s) };
     if (s.conditions && Object.keys(s.conditions).length) f.conditions = s.conditions;
     if (s.copy.cursor) f.cursor = s.copy.cursor;
     else s.resetNext = true; // without a cursor the copy starts empty
@@ -1286,7 +1348,7 @@ export class Client {
     if (!s.copy || s.stopped || this.closed) return;
     clearTimeout(s.pollTimer);
     const run = () => {
-      const body: { [k: string]: unknown } = { v: 1, resource: s.resource, cursor: s.copy!.cursor };
+      const body: { [k: string]: unknown } = { v: 1, ...names(s), cursor: s.copy!.cursor };
       if (s.conditions) body.conditions = s.conditions;
       if (!s.copy!.cursor) s.resetNext = true;
       this.post("/changes", body).then(

@@ -339,3 +339,41 @@ test("tabs share the queue: every tab sends every queued mutation, a reloaded ta
   a2.close();
   b.close();
 });
+
+test("a scope of several resources: one subscribe naming them, entries by resource, resumed from the store by a restarted client", async () => {
+  const store = memoryStore();
+  let { cl } = client({ store });
+  const project = cl.scope(["todos", "comments"], { project_id: "p7" });
+  let ws = await until("socket", () => FakeWS.all[0]);
+  ws.push(welcome);
+  const sub = await until("subscribe", () => sentOf(ws, "subscribe")[0]);
+  assert.deepEqual(sub.resources, ["comments", "todos"]);
+  assert.equal(sub.resource, undefined, "a server without resources must refuse it, not serve one resource");
+  ws.push({ type: "changes", id: sub.id, cursor: "1.E.2", entries: [
+    { op: "upsert", key: "1", resource: "todos", row: { id: "1", project_id: "p7" } },
+    { op: "upsert", key: "1", resource: "comments", row: { id: "1", project_id: "p7", body: "hi" } }] });
+  ws.push({ type: "caught-up", id: sub.id, cursor: "1.E.2" });
+  await until("live", () => project.getSnapshot().state === "live");
+  assert.equal(project.getSnapshot().rows.length, 2, "one key in two resources is two rows");
+  assert.deepEqual(project.rowsOf("comments"), [{ id: "1", project_id: "p7", body: "hi" }]);
+  cl.close();
+
+  // Restart on the same store, declaring nothing.
+  ({ cl } = client({ store }));
+  ws = await until("socket 2", () => FakeWS.all[0]);
+  ws.push(welcome);
+  const sub2 = await until("resubscribe", () => sentOf(ws, "subscribe")[0]);
+  assert.deepEqual(sub2.resources, ["comments", "todos"]);
+  assert.equal(sub2.cursor, "1.E.2", "resumed from the stored cursor: only missed changes are replayed");
+  const [resumed] = await cl.followed();
+  assert.deepEqual(resumed.resources, ["comments", "todos"]);
+  ws.push({ type: "changes", id: sub2.id, cursor: "1.E.3", entries: [{ op: "upsert", key: "2", resource: "todos", row: { id: "2", project_id: "p7" } }] });
+  await until("missed change", () => resumed.rowsOf("todos").length === 2);
+  assert.equal(resumed.rowsOf("comments").length, 1, "the stored rows came back with the cursor");
+  // An entry without its resource is refused.
+  ws.push({ type: "changes", id: sub2.id, cursor: "1.E.4", entries: [{ op: "delete", key: "2" }] });
+  await until("dropped", () => ws.readyState === 3);
+  await cl.forget(resumed);
+  assert.deepEqual(await store.listScopes(), [], "forget deletes the stored scope");
+  cl.close();
+});

@@ -167,9 +167,22 @@ func (s *suite) testApplyAtomic(t *testing.T) {
 	n := note{ID: 1, Tenant: "t1", Body: "n"}
 	e.apply("batch", x.upsert(), y.upsert(), n.upsert(), x2.upsert(), delItem("y"), delItem("nope"))
 	h1 := e.head()
-	checkChanges(t, "batch", e.tail(h0, h1), withOrigin("batch",
+	batch := e.tail(h0, h1)
+	checkChanges(t, "batch", batch, withOrigin("batch",
 		x.change(feed.OpUpsert), y.change(feed.OpUpsert), n.change(feed.OpUpsert),
 		x2.change(feed.OpUpsert), y.change(feed.OpDelete)))
+	// A commit's changes are one commit group (Change.Tx), if the feed
+	// records groups, whichever read returns them.
+	for _, c := range batch {
+		if c.Tx != batch[0].Tx {
+			t.Fatalf("the changes of one Apply are in commit groups %d and %d", batch[0].Tx, c.Tx)
+		}
+	}
+	for _, c := range e.replay(itemScope(tenantIs("t1")), h0, h1, 100, nil) {
+		if c.Tx != batch[0].Tx {
+			t.Fatalf("Replay gives commit group %d, Tail %d", c.Tx, batch[0].Tx)
+		}
+	}
 
 	// A move and an update of the moved row in one batch, and a re-insert
 	// of a row deleted earlier in the same batch.

@@ -46,6 +46,7 @@ type Feed struct {
 	tables map[string]map[string]*row // resource → key → current row
 	wake   chan struct{}              // closed and replaced after every commit
 
+	tx   uint64      // Change.Tx of the commit being applied: its first position
 	keys keyring     // idempotency keys of mutations (transact.go)
 	revs revocations // revocation.go
 }
@@ -179,6 +180,7 @@ func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) 
 // f.mu.
 func (f *Feed) applyLocked(origin string, muts []feed.Mutation) {
 	before := f.head
+	f.tx = uint64(before) + 1
 	for _, m := range muts {
 		f.apply(origin, m)
 	}
@@ -222,7 +224,7 @@ func (f *Feed) apply(origin string, m feed.Mutation) {
 // append assigns c the next position and logs it. The caller holds f.mu.
 func (f *Feed) append(c feed.Change) {
 	f.head++
-	c.Pos = f.head
+	c.Pos, c.Tx = f.head, f.tx
 	f.log = append(f.log, c)
 }
 

@@ -97,16 +97,22 @@ $tide$`,
 	// Version 5: steps commit without waiting for their WAL flush, within a
 	// durably reserved block of positions that a restarted server skips
 	// past (see sequenceFunction); changes carry the previous version of
-	// the rows of resources with a row filter.
+	// the rows of resources with a row filter, and the writer's
+	// transaction id.
 	{5, func(n names) []string {
 		return []string{
-			`ALTER TABLE ` + n.meta + ` ADD COLUMN reserved bigint NOT NULL DEFAULT 0, ADD COLUMN boot timestamptz`,
+			// Tables in the order a sequencing step locks them (the outbox,
+			// then the log, then meta), so a step running meanwhile finishes
+			// instead of deadlocking with this version.
 			// The previous version of an upserted row in its scope, for
 			// resources with a row filter (feed.Schema.PrevColumns): a JSON object,
 			// JSON null for none (an insert, or the upsert half of a move),
 			// NULL where not recorded.
 			`ALTER TABLE ` + n.outbox + ` ADD COLUMN prev jsonb`,
-			`ALTER TABLE ` + n.changes + ` ADD COLUMN prev jsonb`,
+			// The writer's transaction, so a commit group is exactly one
+			// transaction (see txExpr).
+			`ALTER TABLE ` + n.changes + ` ADD COLUMN prev jsonb, ADD COLUMN xid xid8`,
+			`ALTER TABLE ` + n.meta + ` ADD COLUMN reserved bigint NOT NULL DEFAULT 0, ADD COLUMN boot timestamptz`,
 			`CREATE FUNCTION ` + n.stepFn + `() RETURNS bigint LANGUAGE plpgsql AS $tide$
 DECLARE
   r bigint;

@@ -332,9 +332,9 @@ func newNames(schema string) names {
 	// the outbox is empty), so it covers every change committed before it.
 	n.headSQL = `SELECT s.head, m.epoch FROM ` + n.seqFn + `(0, 0, 0, 0) s, ` + n.meta + ` m`
 	n.moveAll = n.move(true, "")
-	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev
+	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
 FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin, prev FROM ` + n.changes + `
+LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
  WHERE pos > $1 ORDER BY pos LIMIT $2) c ON true ORDER BY c.pos`
 	return n
 }
@@ -343,12 +343,12 @@ LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin, prev FROM
 // with positions, whole transactions ordered by their largest outbox id and
 // rows by id; its CTE i returns the new positions. using, if not empty,
 // names a CTE of the transactions (xid) to move; otherwise every row the
-// statement's snapshot sees moves. prev carries the rows' previous versions
-// (schema version 5 on).
-func (n names) move(prev bool, using string) string {
+// statement's snapshot sees moves. v5 moves what schema version 5 added:
+// the rows' previous versions and their transaction ids.
+func (n names) move(v5 bool, using string) string {
 	cols, ret := "o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin", "resource, op, key, scope, data, origin"
-	if prev {
-		cols, ret = cols+", o.prev", ret+", prev"
+	if v5 {
+		cols, ret = cols+", o.prev", ret+", prev, xid"
 	}
 	del := "DELETE FROM " + n.outbox + " o"
 	if using != "" {

@@ -63,6 +63,20 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 	return out, nil
 }
 
+// txExpr is a change log row's commit group (feed.Change.Tx): the id of
+// the writer's transaction, which the sequencer copies from the outbox
+// (schema version 5 on), so a group is exactly one transaction. Rows
+// logged before version 5 have none; their group is the id of the
+// transaction that inserted the row, the sequencer step that gave it its
+// position (or, for rows of the first log version, the writer's own
+// transaction): a step moves whole transactions in one statement, so such
+// a group never splits a transaction, though it may hold several. That id
+// is the row's 32-bit xmin, which freezing keeps; two steps share one only
+// 2^32 transactions apart, never at neighbouring positions. A log restored
+// from a dump keeps the transaction ids of version 5 rows. The engine
+// bounds the groups it delivers whole (see core's maxCommitGroup).
+const txExpr = `coalesce(xid::text::bigint, xmin::text::bigint + 1)`
+
 // replaySQL builds the replay statement of q and its arguments.
 func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 	n := f.n
@@ -85,10 +99,10 @@ func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 		}
 	}
 	where.WriteString(" AND pos > $1 AND pos <= $2")
-	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev
+	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
 FROM (SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
   FROM ` + n.meta + ` m LEFT JOIN ` + n.resources + ` r ON r.name = ` + res + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, prev FROM ` + n.changes + `
+LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
  WHERE ` + where.String() + ` ORDER BY pos LIMIT $3) c ON true`
 	return sql, args
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // scanChanges reads rows of (floor, pos, resource, op, key, scope, data,
-// origin, prev); pos 0 marks the empty row of a LEFT JOIN. resource, if not
+// origin, prev, tx); pos 0 marks the empty row of a LEFT JOIN. resource, if not
 // empty, overrides the column.
 //
 // Replay and tail read thousands of these per second, so the values are
@@ -81,7 +81,7 @@ type layout struct {
 // them.
 func layoutOf(fds []pgconn.FieldDescription) (layout, bool) {
 	var l layout
-	if len(fds) != 9 {
+	if len(fds) != 10 {
 		return l, false
 	}
 	isText := func(fd pgconn.FieldDescription) bool {
@@ -102,18 +102,19 @@ func layoutOf(fds []pgconn.FieldDescription) (layout, bool) {
 	}
 	l.binaryRow = fds[6].Format == pgtype.BinaryFormatCode
 	ok := bin(fds[0], pgtype.Int8OID) && bin(fds[1], pgtype.Int8OID) && isText(fds[2]) &&
-		isText(fds[4]) && bin(fds[5], pgtype.TextArrayOID) && isText(fds[7])
+		isText(fds[4]) && bin(fds[5], pgtype.TextArrayOID) && isText(fds[7]) && bin(fds[9], pgtype.Int8OID)
 	return l, ok
 }
 
 func scanChange(rows pgx.Rows, floor *int64, c *feed.Change) (int64, error) {
 	var p int64
 	var op int16
+	var tx int64
 	var data, prev []byte // not json.RawMessage, which pgx would re-validate with encoding/json
-	if err := rows.Scan(floor, &p, &c.Resource, &op, &c.Key, &c.Scope, &data, &c.Origin, &prev); err != nil {
+	if err := rows.Scan(floor, &p, &c.Resource, &op, &c.Key, &c.Scope, &data, &c.Origin, &prev, &tx); err != nil {
 		return 0, err
 	}
-	c.Row, c.Op = data, feed.Op(op)
+	c.Row, c.Op, c.Tx = data, feed.Op(op), uint64(tx)
 	setPrev(c, prev)
 	return p, nil
 }
@@ -135,7 +136,7 @@ var errBadBinary = errors.New("pgfeed: unexpected binary value in a change row")
 // decode decodes one row's raw values into c, copying what it keeps into
 // mem (RawValues are reused by the next row). NULL is a nil value.
 func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change, mem *slab) (int64, error) {
-	if len(vals) != 9 || len(vals[0]) != 8 || len(vals[1]) != 8 {
+	if len(vals) != 10 || len(vals[0]) != 8 || len(vals[1]) != 8 || len(vals[9]) != 8 {
 		return 0, errBadBinary
 	}
 	*floor = int64(binary.BigEndian.Uint64(vals[0]))
@@ -171,6 +172,7 @@ func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change, mem *slab) (
 		return 0, err
 	}
 	setPrev(c, prev)
+	c.Tx = binary.BigEndian.Uint64(vals[9])
 	return p, nil
 }
 
