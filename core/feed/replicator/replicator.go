@@ -162,6 +162,10 @@ type Status struct {
 	Since  time.Time `json:"since"`            // when Role was entered
 	// Terms counts the times this replicator became leader.
 	Terms int64 `json:"terms"`
+	// LostLock counts the terms that ended while the replicator ran: its
+	// lock connection failed, so a standby may take over (a term ended by
+	// Close is not counted).
+	LostLock int64 `json:"lost_lock"`
 	// LockPID is the Postgres backend process id of the dedicated
 	// connection (0 when there is none): the session whose end releases the
 	// lock.
@@ -385,7 +389,10 @@ func (r *Replicator) run() {
 		if ctx.Err() != nil {
 			return
 		}
-		r.setRole(RoleStandby, false, "lost the lock; waiting before trying again", 0)
+		r.update(func(s *Status) {
+			s.Role, s.Ready, s.Reason, s.LockPID, s.Since = RoleStandby, false, "lost the lock; waiting before trying again", 0, time.Now()
+			s.LostLock++
+		})
 		// Let a standby take over: they retry at least every MaxBackoff.
 		if !protocol.Sleep(ctx, r.cfg.MaxBackoff+protocol.Backoff(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
 			return
