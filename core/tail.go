@@ -79,7 +79,7 @@ func (e *Engine) tailLoop() {
 		if len(changes) == 0 {
 			continue
 		}
-		_, span := e.startSpan(ctx, "tide.tail.batch", IntAttr("tide.changes", int64(len(changes))))
+		_, span := e.startLinkedSpan(ctx, "tide.tail.batch", e.traces.links(changes), IntAttr("tide.changes", int64(len(changes))))
 		e.hub.dispatch(changes)
 		pos = changes[len(changes)-1].Pos
 		span.SetAttrs(IntAttr("tide.position", int64(pos)))

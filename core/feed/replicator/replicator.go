@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/protocol"
@@ -88,6 +89,9 @@ type Config struct {
 
 	// Logger receives operational events. Zero value: slog.Default().
 	Logger *slog.Logger
+	// Tracer, if set, starts a "tide.replicator.publish" span per batch the
+	// leader publishes (tideotel.New(tp) is one). Zero value: no spans.
+	Tracer core.Tracer
 }
 
 func (c Config) withDefaults() Config {
@@ -582,7 +586,7 @@ func (r *Replicator) publish(ctx context.Context) {
 			}
 			stored, dups, err := 0, 0, error(nil)
 			if len(kept) > 0 {
-				stored, dups, err = pub.Publish(ctx, kept)
+				stored, dups, err = r.publishBatch(ctx, kept)
 			}
 			r.update(func(s *Status) {
 				s.Published += int64(stored)
@@ -608,4 +612,20 @@ func (r *Replicator) publish(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// publishBatch publishes changes, in a "tide.replicator.publish" span when
+// a Tracer is configured.
+func (r *Replicator) publishBatch(ctx context.Context, changes []feed.Change) (stored, dups int, err error) {
+	if r.cfg.Tracer == nil {
+		return r.cfg.Publisher.Publish(ctx, changes)
+	}
+	ctx, span := r.cfg.Tracer.Start(ctx, "tide.replicator.publish",
+		core.IntAttr("tide.changes", int64(len(changes))),
+		core.IntAttr("tide.position.first", int64(changes[0].Pos)),
+		core.IntAttr("tide.position", int64(changes[len(changes)-1].Pos)))
+	stored, dups, err = r.cfg.Publisher.Publish(ctx, changes)
+	span.SetAttrs(core.IntAttr("tide.stored", int64(stored)), core.IntAttr("tide.duplicates", int64(dups)))
+	span.End(err)
+	return stored, dups, err
 }
