@@ -5,9 +5,14 @@
 //
 //	e, _ := core.New(core.Config{Tracer: tideotel.New(otel.GetTracerProvider())})
 //
+// The same Tracer goes in replicator.Config.Tracer for a span per batch
+// the replicator's leader publishes.
+//
 // A mutation sent over HTTP (POST <prefix>/mutate) runs in the request's
 // context, so its span is a child of the request's span when the app's
-// HTTP instrumentation started one.
+// HTTP instrumentation started one, or else of the span named by the
+// request's traceparent header. The tail batch span that delivers a
+// mutation's changes links to the mutation's span (see core.SpanLinker).
 package tideotel
 
 import (
