@@ -34,8 +34,9 @@ type SpanLinker interface {
 // for the request are its children. It returns ctx as it is when the
 // engine's Tracer is not a SpanLinker, when ctx already carries a span (the
 // app's HTTP instrumentation extracted the headers itself) or when
-// traceparent is empty or not valid. Package middleware calls it for POST
-// <prefix>/mutate.
+// traceparent is empty or not valid. Package middleware calls it with the
+// headers of POST <prefix>/mutate; the engine calls it with a mutate
+// frame's traceparent field.
 func (e *Engine) ContinueTrace(ctx context.Context, traceparent, tracestate string) context.Context {
 	l, ok := e.cfg.Tracer.(SpanLinker)
 	if !ok || traceparent == "" || l.TraceParent(ctx) != "" {

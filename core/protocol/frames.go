@@ -29,13 +29,14 @@ const (
 
 // Field limits of client frames, checked by DecodeClientFrame.
 const (
-	MaxIDLen       = 128  // subscription ids
-	MaxNameLen     = 128  // resource names
-	MaxBuildLen    = 128  // build ids
-	MaxOriginLen   = 128  // origins
-	MaxTokenLen    = 8192 // channel tokens
-	MaxConditionsN = 64   // conditions of one subscribe, before the server's own (lower) limit
-	MaxKeyLen      = 128  // mutation idempotency keys
+	MaxIDLen          = 128  // subscription ids
+	MaxNameLen        = 128  // resource names
+	MaxBuildLen       = 128  // build ids
+	MaxOriginLen      = 128  // origins
+	MaxTraceParentLen = 128  // a mutate frame's traceparent
+	MaxTokenLen       = 8192 // channel tokens
+	MaxConditionsN    = 64   // conditions of one subscribe, before the server's own (lower) limit
+	MaxKeyLen         = 128  // mutation idempotency keys
 )
 
 // ClientFrame is a decoded client-to-server frame. Fields not used by a frame
@@ -62,6 +63,9 @@ type ClientFrame struct {
 	Name string          `json:"name,omitempty"` // the mutator
 	Args json.RawMessage `json:"args,omitempty"` // the mutator's arguments, a JSON object
 	At   int64           `json:"at,omitempty"`   // when the client made the mutation, Unix milliseconds
+	// TraceParent is the W3C trace context of the client's span for the
+	// mutation (a traceparent header value), "" if it has none.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Entry is one change inside a changes frame, as a client sees it.

@@ -27,10 +27,11 @@ type renameArgs struct {
 }
 
 // TestMutationLinkedToDelivery: a mutation sent as POST /tide/mutate with a
-// traceparent header continues the caller's trace, and the tail batch that
-// delivers its change to a subscriber links to the mutation's span; so does
-// the batch of a mutation sent over the WebSocket (whose span is a root). A
-// plain write, which carries no origin, links nothing.
+// traceparent header, or over the WebSocket with a traceparent field,
+// continues the caller's trace, and the tail batch that delivers its change
+// to a subscriber links to the mutation's span; so does the batch of a
+// mutation without trace context (whose span is a root). A plain write,
+// which carries no origin, links nothing.
 func TestMutationLinkedToDelivery(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
@@ -79,15 +80,19 @@ func TestMutationLinkedToDelivery(t *testing.T) {
 		t.Fatalf("http mutation's change: %+v", f)
 	}
 
-	// Over the WebSocket.
-	c.Send(map[string]any{"v": 1, "type": "mutate", "key": "k2", "resource": "todos", "name": "rename",
-		"args": map[string]any{"id": "b", "title": "over ws"}, "at": time.Now().UnixMilli()})
-	for got := map[string]bool{}; !got[protocol.FrameAck] || !got[protocol.FrameChanges]; {
-		f := c.Next()
-		if f.Type == protocol.FrameChanges && (len(f.Entries) != 1 || f.Entries[0].Key != "b") {
-			t.Fatalf("ws mutation's change: %+v", f)
+	// Over the WebSocket, with the client's trace context in the frame and
+	// without.
+	const wsCaller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, m := range []struct{ key, id, traceparent string }{{"k2", "b", wsCaller}, {"k3", "d", ""}} {
+		c.Send(map[string]any{"v": 1, "type": "mutate", "key": m.key, "resource": "todos", "name": "rename",
+			"args": map[string]any{"id": m.id, "title": "over ws"}, "at": time.Now().UnixMilli(), "traceparent": m.traceparent})
+		for got := map[string]bool{}; !got[protocol.FrameAck] || !got[protocol.FrameChanges]; {
+			f := c.Next()
+			if f.Type == protocol.FrameChanges && (len(f.Entries) != 1 || f.Entries[0].Key != m.id) {
+				t.Fatalf("ws mutation's change: %+v", f)
+			}
+			got[f.Type] = true
 		}
-		got[f.Type] = true
 	}
 
 	// A plain write.
@@ -113,18 +118,21 @@ func TestMutationLinkedToDelivery(t *testing.T) {
 			batches = append(batches, s)
 		}
 	}
-	if len(mutations) != 2 {
-		t.Fatalf("%d mutation spans, want 2: %v", len(mutations), names(spans))
+	if len(mutations) != 3 {
+		t.Fatalf("%d mutation spans, want 3: %v", len(mutations), names(spans))
 	}
-	httpMut, wsMut := mutations[0], mutations[1]
+	httpMut, wsMut, rootMut := mutations[0], mutations[1], mutations[2]
 	if got := httpMut.SpanContext.TraceID().String(); got != "0af7651916cd43dd8448eb211c80319c" {
 		t.Errorf("http mutation's trace %s, want the caller's", got)
 	}
 	if got := httpMut.Parent.SpanID().String(); got != "b7ad6b7169203331" || !httpMut.Parent.IsRemote() {
 		t.Errorf("http mutation's parent %s (remote %v), want the caller's span", got, httpMut.Parent.IsRemote())
 	}
-	if wsMut.Parent.IsValid() {
-		t.Errorf("ws mutation has parent %s, want a root", wsMut.Parent.SpanID())
+	if got := wsMut.Parent.SpanID().String(); got != "00f067aa0ba902b7" || wsMut.SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("ws mutation's parent %s, want the span of the frame's traceparent", got)
+	}
+	if rootMut.Parent.IsValid() {
+		t.Errorf("ws mutation without traceparent has parent %s, want a root", rootMut.Parent.SpanID())
 	}
 	linkedTo := func(mut tracetest.SpanStub) int {
 		n := 0
@@ -140,7 +148,7 @@ func TestMutationLinkedToDelivery(t *testing.T) {
 	for _, m := range []struct {
 		name string
 		s    tracetest.SpanStub
-	}{{"http", httpMut}, {"ws", wsMut}} {
+	}{{"http", httpMut}, {"ws", wsMut}, {"ws without traceparent", rootMut}} {
 		if n := linkedTo(m.s); n != 1 {
 			t.Errorf("%s mutation: %d tail batch links to it, want 1", m.name, n)
 		}
@@ -149,8 +157,8 @@ func TestMutationLinkedToDelivery(t *testing.T) {
 	for _, b := range batches {
 		links += len(b.Links)
 	}
-	if links != 2 {
-		t.Errorf("%d links on %d tail batches, want 2 (the plain write links nothing)", links, len(batches))
+	if links != 3 {
+		t.Errorf("%d links on %d tail batches, want 3 (the plain write links nothing)", links, len(batches))
 	}
 	// The link carries the mutation's trace: a trace viewer follows it
 	// from the delivery to the caller's request.

@@ -11,7 +11,8 @@
 // A mutation sent over HTTP (POST <prefix>/mutate) runs in the request's
 // context, so its span is a child of the request's span when the app's
 // HTTP instrumentation started one, or else of the span named by the
-// request's traceparent header. The tail batch span that delivers a
+// request's traceparent header; a mutate frame's traceparent field does
+// the same over the WebSocket. The tail batch span that delivers a
 // mutation's changes links to the mutation's span (see core.SpanLinker).
 package tideotel
 
