@@ -29,15 +29,17 @@ const (
 
 // Field limits of client frames, checked by DecodeClientFrame.
 const (
-	MaxIDLen          = 128  // subscription ids
-	MaxNameLen        = 128  // resource names
-	MaxBuildLen       = 128  // build ids
-	MaxOriginLen      = 128  // origins
-	MaxTraceParentLen = 128  // a mutate frame's traceparent
-	MaxTokenLen       = 8192 // channel tokens
-	MaxConditionsN    = 64   // conditions of one subscribe, before the server's own (lower) limit
-	MaxKeyLen         = 128  // mutation idempotency keys
+	MaxIDLen       = 128  // subscription ids
+	MaxNameLen     = 128  // resource names
+	MaxBuildLen    = 128  // build ids
+	MaxOriginLen   = 128  // origins
+	MaxTokenLen    = 8192 // channel tokens
+	MaxConditionsN = 64   // conditions of one subscribe, before the server's own (lower) limit
+	MaxKeyLen      = 128  // mutation idempotency keys
 )
+
+// MaxTraceParentLen bounds a mutate frame's traceparent.
+const MaxTraceParentLen = 128
 
 // ClientFrame is a decoded client-to-server frame. Fields not used by a frame
 // type are zero.
