@@ -35,6 +35,11 @@ type Mutation struct {
 	// Strategy decides which row lands when the server's ack names a row
 	// Local changed. Zero value: ServerWins.
 	Strategy Strategy
+	// TraceParent is the W3C trace context (a traceparent header value) of
+	// the caller's span for the mutation, sent with it so that a tracing
+	// server makes the mutation's span its child. Zero value: none. It is
+	// not kept in a persisted Queue.
+	TraceParent string
 }
 
 // LocalTx is the local copy as a mutation's Local function sees it: the
@@ -224,6 +229,9 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (*PendingMutation, erro
 	} else if err := checkText("key", key, protocol.MaxKeyLen); err != nil {
 		return nil, fmt.Errorf("client: Mutate: %w", err)
 	}
+	if err := checkText("traceparent", m.TraceParent, protocol.MaxTraceParentLen); err != nil {
+		return nil, fmt.Errorf("client: Mutate: %w", err)
+	}
 	strategy := m.Strategy
 	if strategy == nil {
 		strategy = ServerWins{}
@@ -246,7 +254,7 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (*PendingMutation, erro
 	it := &logItem{
 		key: key, seq: h.seq, resource: m.Resource, name: m.Name, args: args,
 		at: time.Now().UnixMilli(), strategy: strategy, strategyName: strategyName(strategy),
-		ops: tx.ops, handle: h,
+		traceparent: m.TraceParent, ops: tx.ops, handle: h,
 	}
 	c.rep.seq++
 	c.rep.log = append(c.rep.log, it)
@@ -344,7 +352,7 @@ func (s *session) flushMutations() {
 		}
 		frames = append(frames, protocol.ClientFrame{
 			V: protocol.Version, Type: protocol.FrameMutate, Key: it.key, Seq: it.seq,
-			Resource: it.resource, Name: it.name, Args: it.args, At: it.at,
+			Resource: it.resource, Name: it.name, Args: it.args, At: it.at, TraceParent: it.traceparent,
 		})
 	}
 	c.lmu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -83,7 +84,8 @@ func TestMutateOptimisticAckRejectAndOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Made before any connection: queued.
-	m1, err := r.c.Mutate(ctx, Mutation{Resource: "todos", Name: "rename", Args: map[string]any{"id": "t1"}, Local: setTitle("t1", "local one")})
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	m1, err := r.c.Mutate(ctx, Mutation{Resource: "todos", Name: "rename", Args: map[string]any{"id": "t1"}, Local: setTitle("t1", "local one"), TraceParent: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestMutateOptimisticAckRejectAndOrder(t *testing.T) {
 	fc.handshake(ctx, t)
 	s := fc.nextOf(ctx, t, protocol.FrameSubscribe) // subscriptions first
 	f1 := fc.nextOf(ctx, t, protocol.FrameMutate)
-	if f1.Key != m1.Key() || f1.Seq != 1 || f1.Resource != "todos" || f1.Name != "rename" || string(f1.Args) != `{"id":"t1"}` || f1.At <= 0 {
+	if f1.Key != m1.Key() || f1.Seq != 1 || f1.Resource != "todos" || f1.Name != "rename" || string(f1.Args) != `{"id":"t1"}` || f1.At <= 0 || f1.TraceParent != tp {
 		t.Errorf("mutate frame %+v", f1)
 	}
 	fc.send(t, changes(s.ID, cur(1), map[string]any{"op": "upsert", "key": "t1", "row": todoRow("t1", "server zero")}))
@@ -439,5 +441,29 @@ func TestIdenticalTokenIsNotResent(t *testing.T) {
 	fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if n := calls.Load(); n != 5 {
 		t.Errorf("%d token calls, want 5", n)
+	}
+}
+
+// TestMutateRefusesBadInput: Mutate checks its input before it changes or
+// queues anything.
+func TestMutateRefusesBadInput(t *testing.T) {
+	r := newFakeRig(t, Config{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		m    Mutation
+	}{
+		{"no resource", Mutation{Name: "rename"}},
+		{"no name", Mutation{Resource: "todos"}},
+		{"key with a control character", Mutation{Resource: "todos", Name: "rename", Key: "k\n"}},
+		{"traceparent too long", Mutation{Resource: "todos", Name: "rename", TraceParent: strings.Repeat("0", protocol.MaxTraceParentLen+1)}},
+		{"traceparent with a control character", Mutation{Resource: "todos", Name: "rename", TraceParent: "00-\x07"}},
+	} {
+		if _, err := r.c.Mutate(ctx, tc.m); err == nil {
+			t.Errorf("%s: Mutate accepted %+v", tc.name, tc.m)
+		}
+	}
+	if n := len(r.c.Pending()); n != 0 {
+		t.Errorf("%d mutations queued by refused calls", n)
 	}
 }

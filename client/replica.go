@@ -53,6 +53,7 @@ type logItem struct {
 	at             int64
 	strategy       Strategy
 	strategyName   string
+	traceparent    string // the caller's trace context, sent with the frame
 
 	// ops are the row changes the item puts on top of the base: a pending
 	// write's optimistic changes, or an acknowledged one's landed rows

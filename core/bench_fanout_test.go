@@ -1,7 +1,6 @@
 package core_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http/httptest"
@@ -61,34 +60,17 @@ func benchFanout(b *testing.B, subs int, obs core.Observer) {
 		c.Collect("s")
 		conns[i] = c.WebSocket() // the loop below reads raw, to measure the server alone
 	}
-	opMarker := []byte(`{"op":`)
 	for _, c := range conns {
 		wg.Add(1)
 		go func(c *websocket.Conn) {
 			defer wg.Done()
-			buf := make([]byte, 0, 64<<10)
-			for {
-				_, r, err := c.NextReader()
-				if err != nil {
-					return
-				}
-				buf = buf[:0]
-				for {
-					if len(buf) == cap(buf) {
-						buf = append(buf, 0)[:len(buf)]
-					}
-					n, err := r.Read(buf[len(buf):cap(buf)])
-					buf = buf[:len(buf)+n]
-					if err != nil {
-						break
-					}
-				}
-				// A frame without entries (caught-up after a resync) adds
-				// nothing: only the frame that reaches the target closes.
-				if n := int64(bytes.Count(buf, opMarker)); n > 0 && received.Add(n) == target {
+			// A frame without entries (caught-up after a resync) adds
+			// nothing: only the frame that reaches the target closes.
+			readEntries(c, func(n int64) {
+				if received.Add(n) == target {
 					close(done)
 				}
-			}
+			})
 		}(c)
 	}
 	row := todo{ProjectID: "p", Title: strings.Repeat("x", 100)}

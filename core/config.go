@@ -134,7 +134,9 @@ type Config struct {
 	// core/metrics/tideprom. Zero value: NopObserver.
 	Observer Observer
 	// Tracer starts the spans of subscribes, mutations and tail batches:
-	// see core/trace/tideotel. Zero value: no spans.
+	// see core/trace/tideotel. One that is also a SpanLinker continues
+	// mutations' traces from their traceparent and links tail batches to
+	// the mutations they deliver. Zero value: no spans.
 	Tracer Tracer
 }
 

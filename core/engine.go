@@ -32,6 +32,7 @@ type Engine struct {
 	revs   *revSync        // revocations to and from the other nodes (revsync.go)
 	limits *catchUpLimiter // concurrent catch-up reads (catchuplimit.go)
 	follow *follower       // policy re-checks when what they read changes (recheck.go)
+	traces *mutationTraces // spans of recent mutations, nil unless the tracer links (tracelink.go)
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
 
@@ -78,6 +79,9 @@ func New(cfg Config) (*Engine, error) {
 	e.revs = newRevSync(e)
 	e.limits = newCatchUpLimiter(cfg.MaxCatchUps, cfg.MaxCatchUpsPerPrincipal)
 	e.follow = newFollower(e)
+	if _, ok := cfg.Tracer.(SpanLinker); ok {
+		e.traces = newMutationTraces()
+	}
 	return e, nil
 }
 

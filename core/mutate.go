@@ -352,8 +352,11 @@ func (e *Engine) runMutation(ctx context.Context, p authz.Principal, origin stri
 		return protocol.Reject(f.Key, err), 0, err
 	}
 	began := time.Now()
+	ctx = e.ContinueTrace(ctx, f.TraceParent, "")
 	ctx, span := e.startSpan(ctx, "tide.mutate", StrAttr("tide.resource", f.Resource), StrAttr("tide.mutator", f.Name))
+	mt := e.traceMutation(ctx, origin)
 	frame, pos, err := e.mutate(ctx, p, origin, f)
+	e.traces.end(origin, mt, pos, err == nil)
 	res, name := e.mutatorLabels(f)
 	if err != nil {
 		e.stats.mutationsRejected.Add(1)

@@ -121,8 +121,10 @@ func (NopObserver) TokenRefreshed(protocol.Code) {}
 // per subscribe ("tide.subscribe", with children "tide.authorize", one
 // "tide.page" per replay or snapshot page sent and "tide.caught_up"), per
 // catch-up of a desynced subscription ("tide.resync", with the same
-// children but "tide.authorize"), per mutation ("tide.mutate") and per tail batch ("tide.tail.batch").
-// Start must be safe for concurrent use.
+// children but "tide.authorize"), per mutation ("tide.mutate") and per
+// tail batch ("tide.tail.batch"; linked to the mutations whose changes it
+// delivers when the Tracer is also a SpanLinker). Start must be safe for
+// concurrent use.
 type Tracer interface {
 	// Start starts a span named name as a child of the span in ctx, if
 	// any, and returns a context carrying it.

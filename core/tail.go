@@ -82,7 +82,7 @@ func (e *Engine) tailLoop() {
 		if len(changes) == 0 {
 			continue
 		}
-		_, span := e.startSpan(ctx, "tide.tail.batch", IntAttr("tide.changes", int64(len(changes))))
+		_, span := e.startLinkedSpan(ctx, "tide.tail.batch", e.traces.links(changes), IntAttr("tide.changes", int64(len(changes))))
 		e.hub.dispatch(changes)
 		e.follow.note(changes)
 		pos = changes[len(changes)-1].Pos

@@ -208,7 +208,8 @@ func (h *handler) serveMutate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the body is not a JSON mutate frame: " + err.Error()})
 		return
 	}
-	out, rej := h.e.Mutate(r.Context(), p, origin, f)
+	ctx := h.e.ContinueTrace(r.Context(), r.Header.Get("traceparent"), r.Header.Get("tracestate"))
+	out, rej := h.e.Mutate(ctx, p, origin, f)
 	status := http.StatusOK
 	if rej != nil {
 		status = statusFor(rej.Code)

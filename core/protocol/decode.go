@@ -83,6 +83,11 @@ func (f *ClientFrame) Validate() *Error {
 		if a := bytes.TrimSpace(f.Args); len(a) > 0 && a[0] != '{' {
 			return Errorf(CodeInvalidArgs, "args is a JSON object")
 		}
+		// Its format is the tracer's to check: one that does not parse
+		// only starts no trace.
+		if err := CheckText("traceparent", f.TraceParent, MaxTraceParentLen); err != nil {
+			return err
+		}
 	case FrameRefresh:
 		if f.Token == "" {
 			return Errorf(CodeBadFrame, "refresh needs a token")

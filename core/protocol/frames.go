@@ -39,6 +39,9 @@ const (
 	MaxKeyLen      = 128  // mutation idempotency keys
 )
 
+// MaxTraceParentLen bounds a mutate frame's traceparent.
+const MaxTraceParentLen = 128
+
 // ClientFrame is a decoded client-to-server frame. Fields not used by a frame
 // type are zero.
 type ClientFrame struct {
@@ -64,6 +67,9 @@ type ClientFrame struct {
 	Name string          `json:"name,omitempty"` // the mutator
 	Args json.RawMessage `json:"args,omitempty"` // the mutator's arguments, a JSON object
 	At   int64           `json:"at,omitempty"`   // when the client made the mutation, Unix milliseconds
+	// TraceParent is the W3C trace context of the client's span for the
+	// mutation (a traceparent header value), "" if it has none.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Entry is one change inside a changes frame, as a client sees it.

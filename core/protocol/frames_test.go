@@ -63,6 +63,9 @@ func TestDecodeClientFrame(t *testing.T) {
 		{"mutate without at", `{"v":1,"type":"mutate","key":"k","resource":"todos","name":"add"}`, CodeBadFrame},
 		{"mutate negative seq", `{"v":1,"type":"mutate","key":"k","seq":-1,"resource":"todos","name":"add","at":1}`, CodeBadFrame},
 		{"mutate args not object", `{"v":1,"type":"mutate","key":"k","resource":"todos","name":"add","args":[1],"at":1}`, CodeInvalidArgs},
+		{"mutate with traceparent", `{"v":1,"type":"mutate","key":"k","resource":"todos","name":"add","at":1,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`, ""},
+		{"mutate traceparent too long", `{"v":1,"type":"mutate","key":"k","resource":"todos","name":"add","at":1,"traceparent":"` + long + `"}`, CodeBadFrame},
+		{"mutate traceparent control character", `{"v":1,"type":"mutate","key":"k","resource":"todos","name":"add","at":1,"traceparent":"00-\u0007"}`, CodeBadFrame},
 		{"invalid utf8 id", "{\"v\":1,\"type\":\"unsubscribe\",\"id\":\"\xff\"}", ""}, // encoding/json replaces invalid UTF-8 with U+FFFD
 	}
 	for _, tt := range tests {

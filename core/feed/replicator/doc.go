@@ -51,6 +51,10 @@
 // bus, where only the leader tails the feed, every node can still take the
 // sequencer role over.
 //
+// Observability: Status (Role, Terms, LostLock and the publish counters)
+// is what tideprom.Replicator reports at scrape time; Config.Tracer starts
+// a "tide.replicator.publish" span per published batch.
+//
 // Defaults: backoff 100 ms to 2 s, lock check every 1 s, prune every
 // minute, batches of 1024 changes.
 package replicator

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/protocol"
@@ -88,6 +89,9 @@ type Config struct {
 
 	// Logger receives operational events. Zero value: slog.Default().
 	Logger *slog.Logger
+	// Tracer, if set, starts a "tide.replicator.publish" span per batch the
+	// leader publishes (tideotel.New(tp) is one). Zero value: no spans.
+	Tracer core.Tracer
 }
 
 func (c Config) withDefaults() Config {
@@ -162,6 +166,10 @@ type Status struct {
 	Since  time.Time `json:"since"`            // when Role was entered
 	// Terms counts the times this replicator became leader.
 	Terms int64 `json:"terms"`
+	// LostLock counts the terms that ended while the replicator ran: its
+	// lock connection failed, so a standby may take over (a term ended by
+	// Close is not counted).
+	LostLock int64 `json:"lost_lock"`
 	// LockPID is the Postgres backend process id of the dedicated
 	// connection (0 when there is none): the session whose end releases the
 	// lock.
@@ -385,7 +393,10 @@ func (r *Replicator) run() {
 		if ctx.Err() != nil {
 			return
 		}
-		r.setRole(RoleStandby, false, "lost the lock; waiting before trying again", 0)
+		r.update(func(s *Status) {
+			s.Role, s.Ready, s.Reason, s.LockPID, s.Since = RoleStandby, false, "lost the lock; waiting before trying again", 0, time.Now()
+			s.LostLock++
+		})
 		// Let a standby take over: they retry at least every MaxBackoff.
 		if !protocol.Sleep(ctx, r.cfg.MaxBackoff+protocol.Backoff(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
 			return
@@ -575,7 +586,7 @@ func (r *Replicator) publish(ctx context.Context) {
 			}
 			stored, dups, err := 0, 0, error(nil)
 			if len(kept) > 0 {
-				stored, dups, err = pub.Publish(ctx, kept)
+				stored, dups, err = r.publishBatch(ctx, kept)
 			}
 			r.update(func(s *Status) {
 				s.Published += int64(stored)
@@ -601,4 +612,20 @@ func (r *Replicator) publish(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// publishBatch publishes changes, in a "tide.replicator.publish" span when
+// a Tracer is configured.
+func (r *Replicator) publishBatch(ctx context.Context, changes []feed.Change) (stored, dups int, err error) {
+	if r.cfg.Tracer == nil {
+		return r.cfg.Publisher.Publish(ctx, changes)
+	}
+	ctx, span := r.cfg.Tracer.Start(ctx, "tide.replicator.publish",
+		core.IntAttr("tide.changes", int64(len(changes))),
+		core.IntAttr("tide.position.first", int64(changes[0].Pos)),
+		core.IntAttr("tide.position", int64(changes[len(changes)-1].Pos)))
+	stored, dups, err = r.cfg.Publisher.Publish(ctx, changes)
+	span.SetAttrs(core.IntAttr("tide.stored", int64(stored)), core.IntAttr("tide.duplicates", int64(dups)))
+	span.End(err)
+	return stored, dups, err
 }

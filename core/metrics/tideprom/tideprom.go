@@ -57,9 +57,7 @@ type Metrics struct {
 	catchUpPages     *prometheus.HistogramVec
 	catchUpSeconds   *prometheus.HistogramVec
 	resets           *prometheus.CounterVec
-	deliveries       prometheus.Counter
-	frames           prometheus.Counter
-	bytes            prometheus.Counter
+	delivery         *deliveryCounters
 	dropped          prometheus.Counter
 	resyncs          prometheus.Counter
 	tailBatches      prometheus.Counter
@@ -68,10 +66,13 @@ type Metrics struct {
 	mutationSeconds  *prometheus.HistogramVec
 	refreshes        *prometheus.CounterVec
 
-	positionDesc *prometheus.Desc
-	headDesc     *prometheus.Desc
-	posLagDesc   *prometheus.Desc
-	lagDesc      *prometheus.Desc
+	deliveriesDesc *prometheus.Desc
+	framesDesc     *prometheus.Desc
+	bytesDesc      *prometheus.Desc
+	positionDesc   *prometheus.Desc
+	headDesc       *prometheus.Desc
+	posLagDesc     *prometheus.Desc
+	lagDesc        *prometheus.Desc
 
 	// The tailer's progress, for the lag gauges.
 	dispatched atomic.Int64 // position of the last dispatched change
@@ -79,6 +80,15 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	engine *core.Engine
+}
+
+// deliveryCounters are the counters of the delivery path, which every
+// socket writer adds to once per frame, from every core. They share one
+// cache line, and it is theirs alone (64 bytes, so the allocator's size
+// class aligns it): a frame moves one line between cores, not three.
+type deliveryCounters struct {
+	entries, frames, bytes atomic.Uint64
+	_                      [40]byte
 }
 
 var (
@@ -118,9 +128,10 @@ func New(opts Options) *Metrics {
 		catchUpPages:     histVec("catchup_pages", "Pages sent by a catch-up round.", sizeBuckets, "resource"),
 		catchUpSeconds:   histVec("catchup_duration_seconds", "Duration of catch-up rounds, from the subscribe or resync to caught-up.", prometheus.DefBuckets, "resource"),
 		resets:           counterVec("resets_total", "Reset frames sent, by reason.", "reason"),
-		deliveries:       counter("deliveries_total", "Live changes written to sockets."),
-		frames:           counter("delivery_frames_total", "Live changes frames written to sockets."),
-		bytes:            counter("delivered_bytes_total", "Bytes of live changes frames written to sockets."),
+		delivery:         new(deliveryCounters),
+		deliveriesDesc:   desc("deliveries_total", "Live changes written to sockets."),
+		framesDesc:       desc("delivery_frames_total", "Live changes frames written to sockets."),
+		bytesDesc:        desc("delivered_bytes_total", "Bytes of live changes frames written to sockets."),
 		dropped:          counter("live_dropped_total", "Live changes that did not fit a connection's send queue; each desynced its subscription until a replay."),
 		resyncs:          counter("tail_resyncs_total", "Times the tailer fell behind the retained change log and every subscription of the node resynced."),
 		tailBatches:      counter("tail_batches_total", "Batches of changes the tailer dispatched."),
@@ -148,7 +159,7 @@ func (m *Metrics) Watch(e *core.Engine) {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.connections, m.connectionsTotal, m.closes, m.subscriptions, m.subscribes, m.refusals,
-		m.catchUps, m.catchUpPages, m.catchUpSeconds, m.resets, m.deliveries, m.frames, m.bytes,
+		m.catchUps, m.catchUpPages, m.catchUpSeconds, m.resets,
 		m.dropped, m.resyncs, m.tailBatches, m.tailChanges, m.mutations, m.mutationSeconds, m.refreshes,
 	}
 }
@@ -158,6 +169,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
+	ch <- m.deliveriesDesc
+	ch <- m.framesDesc
+	ch <- m.bytesDesc
 	ch <- m.positionDesc
 	ch <- m.headDesc
 	ch <- m.posLagDesc
@@ -169,6 +183,10 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}
+	d := m.delivery
+	ch <- prometheus.MustNewConstMetric(m.deliveriesDesc, prometheus.CounterValue, float64(d.entries.Load()))
+	ch <- prometheus.MustNewConstMetric(m.framesDesc, prometheus.CounterValue, float64(d.frames.Load()))
+	ch <- prometheus.MustNewConstMetric(m.bytesDesc, prometheus.CounterValue, float64(d.bytes.Load()))
 	pos := m.dispatched.Load()
 	ch <- prometheus.MustNewConstMetric(m.positionDesc, prometheus.GaugeValue, float64(pos))
 	m.mu.Lock()
@@ -248,9 +266,10 @@ func (m *Metrics) TailBatch(n int, last feed.Position) {
 
 // Delivered implements core.Observer.
 func (m *Metrics) Delivered(entries, bytes int) {
-	m.deliveries.Add(float64(entries))
-	m.frames.Inc()
-	m.bytes.Add(float64(bytes))
+	d := m.delivery
+	d.entries.Add(uint64(entries))
+	d.frames.Add(1)
+	d.bytes.Add(uint64(bytes))
 }
 
 // Dropped implements core.Observer.
