@@ -132,6 +132,10 @@ type Config struct {
 	// Tracer starts the spans of subscribes, mutations and tail batches:
 	// see core/trace/tideotel. Zero value: no spans.
 	Tracer Tracer
+
+	// Channels configures app channels (see Channel). Its zero value is
+	// ready to use.
+	Channels ChannelConfig
 }
 
 // withDefaults returns a copy of c with every zero field set to its default.
@@ -164,6 +168,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.HelloTimeout, 10*time.Second)
 	setDur(&c.IdleTimeout, 120*time.Second)
 	setDur(&c.WriteTimeout, 10*time.Second)
+	c.Channels = c.Channels.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -205,6 +210,9 @@ func (c Config) validate() error {
 	if err := protocol.CheckText("BuildID", c.BuildID, protocol.MaxBuildLen); err != nil {
 		errs = append(errs, errors.New(err.Message))
 	}
+	if err := c.Channels.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("tide: invalid config: %w", errors.Join(errs...))
 	}
@@ -213,5 +221,5 @@ func (c Config) validate() error {
 
 // limits returns the limits the welcome frame announces.
 func (c *Config) limits() protocol.Limits {
-	return protocol.Limits{MaxFrameBytes: c.MaxFrameBytes, MaxSubscriptions: c.MaxSubscriptions, FrameRate: c.FrameRate, FrameBurst: c.FrameBurst}
+	return protocol.Limits{MaxFrameBytes: c.MaxFrameBytes, MaxSubscriptions: c.MaxSubscriptions, FrameRate: c.FrameRate, FrameBurst: c.FrameBurst, ChannelLimits: c.Channels.limits()}
 }

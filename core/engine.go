@@ -31,6 +31,7 @@ type Engine struct {
 	auth   *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
 	revs   *revSync        // revocations to and from the other nodes (revsync.go)
 	limits *catchUpLimiter // concurrent catch-up reads (catchuplimit.go)
+	chans  *chanHub        // app channels: topics, presence (channel*.go)
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
 
@@ -76,6 +77,7 @@ func New(cfg Config) (*Engine, error) {
 	e.auth = newTokenTimers(ctx, cfg.Clock)
 	e.revs = newRevSync(e)
 	e.limits = newCatchUpLimiter(cfg.MaxCatchUps, cfg.MaxCatchUpsPerPrincipal)
+	e.chans = newChanHub(e)
 	return e, nil
 }
 

@@ -62,6 +62,8 @@ type ClientFrame struct {
 	Name string          `json:"name,omitempty"` // the mutator
 	Args json.RawMessage `json:"args,omitempty"` // the mutator's arguments, a JSON object
 	At   int64           `json:"at,omitempty"`   // when the client made the mutation, Unix milliseconds
+
+	ChannelFields // topic-subscribe, topic-unsubscribe, publish, presence-update (channel.go)
 }
 
 // Entry is one change inside a changes frame, as a client sees it.
@@ -79,6 +81,8 @@ type Limits struct {
 	MaxSubscriptions int `json:"max_subscriptions"`
 	FrameRate        int `json:"frame_rate"`  // sustained client frames per second
 	FrameBurst       int `json:"frame_burst"` // client frames allowed at once above the rate
+
+	ChannelLimits // app channels (channel.go)
 }
 
 // ServerFrame is a decoded server-to-client frame, for clients written in Go.
@@ -102,4 +106,6 @@ type ServerFrame struct {
 	Code      Code        `json:"code,omitempty"`       // error, reject
 	Message   string      `json:"message,omitempty"`    // error, reject
 	ExpiresIn int         `json:"expires_in,omitempty"` // refresh-token: seconds until the token expires
+
+	ChannelServerFields // topic-subscribed, message, presence, presence-diff, and errors about a topic (channel.go)
 }

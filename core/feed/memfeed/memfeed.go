@@ -48,6 +48,7 @@ type Feed struct {
 
 	keys keyring     // idempotency keys of mutations (transact.go)
 	revs revocations // revocation.go
+	cast broadcasts  // broadcast.go
 }
 
 // row is the current state of one row.
