@@ -135,23 +135,49 @@ func channelCluster(t *testing.T, kind string, n int, cc core.ChannelConfig) []*
 	}
 	nodes := make([]*chanNode, n)
 	for i := range n {
-		e, err := core.New(core.Config{Feed: feeds[i], Bus: buses[i], Logger: quiet, Channels: cc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		registerBoards(t, e)
-		ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := e.Shutdown(ctx); err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
-			ts.Close()
-		})
-		nodes[i] = &chanNode{e: e, url: "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"}
+		nodes[i] = startChanNode(t, core.Config{Feed: feeds[i], Bus: buses[i], Logger: quiet, Channels: cc})
 	}
 	return nodes
+}
+
+// channelClusterOn starts one node on feed f (and its broadcasts).
+func channelClusterOn(t *testing.T, f feed.Feed, cc core.ChannelConfig) *chanNode {
+	return startChanNode(t, core.Config{Feed: f, Logger: slog.New(slog.DiscardHandler), Channels: cc})
+}
+
+// channelClusterOnConfig starts one node configured by cfg.
+func channelClusterOnConfig(t *testing.T, cfg core.Config) *chanNode {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return startChanNode(t, cfg)
+}
+
+// startChanNode starts an engine with the test boards behind an HTTP
+// server, shut down when the test ends.
+func startChanNode(t *testing.T, cfg core.Config) *chanNode {
+	t.Helper()
+	e, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registerBoards(t, e)
+	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		ts.Close()
+	})
+	return &chanNode{e: e, url: "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"}
+}
+
+// dialRaw connects user (with boards in its claim) without saying hello.
+func dialRaw(t *testing.T, url, user string, boards ...string) *tidetest.Conn {
+	t.Helper()
+	return tidetest.Dial(t, url, tidetest.WithHeader("X-User", user), tidetest.WithHeader("X-Projects", strings.Join(boards, ",")))
 }
 
 func deleteStream(url, prefix string) {
@@ -182,6 +208,7 @@ type chanClient struct {
 	messages map[string][]protocol.ServerFrame
 	presence map[string]map[string]protocol.Member // topic → member id → member
 	errors   []protocol.ServerFrame
+	acked    map[string]bool // topic-subscribed received
 	closed   error
 	done     chan struct{}
 }
@@ -190,10 +217,10 @@ type chanClient struct {
 // says hello.
 func dialChan(t *testing.T, n *chanNode, user string, boards ...string) *chanClient {
 	t.Helper()
-	conn := tidetest.Dial(t, n.url, tidetest.WithHeader("X-User", user), tidetest.WithHeader("X-Projects", strings.Join(boards, ",")), tidetest.WithTimeout(0))
+	conn := dialRaw(t, n.url, user, boards...).Timeout(0)
 	conn.Hello(protocol.ClientFrame{})
 	c := &chanClient{t: t, user: user, conn: conn, changed: make(chan struct{}), done: make(chan struct{}),
-		messages: map[string][]protocol.ServerFrame{}, presence: map[string]map[string]protocol.Member{}}
+		messages: map[string][]protocol.ServerFrame{}, acked: map[string]bool{}, presence: map[string]map[string]protocol.Member{}}
 	go c.read()
 	t.Cleanup(func() { conn.Close(); <-c.done })
 	return c
@@ -233,6 +260,8 @@ func (c *chanClient) read() {
 			for _, m := range f.Joins {
 				set[m.ID] = m
 			}
+		case protocol.FrameTopicSubscribed:
+			c.acked[f.Topic] = true
 		case protocol.FrameError:
 			c.errors = append(c.errors, f)
 		}

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -32,6 +33,11 @@ func FuzzServeFrame(f *testing.F) {
 		`{"v":2,"type":"hello"}`,
 		`{"v":1,"type":"subscribe","id":"x","resource":"todos","conditions":{"project_id":[[[[]]]]}}`,
 		`{"v":1,"type":"sub`, `null`, `[]`, `{}`, "\xff\xfe",
+		`{"v":1,"type":"topic-subscribe","topic":"board:p7","state":{"x":1}}`,
+		`{"v":1,"type":"publish","topic":"board:p7","data":{"x":1}}`,
+		`{"v":1,"type":"presence-update","topic":"board:p7","state":"typing"}`,
+		`{"v":1,"type":"topic-unsubscribe","topic":"board:p7"}`,
+		`{"v":1,"type":"publish","topic":"board:p9","data":[]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -44,6 +50,9 @@ func FuzzServeFrame(f *testing.F) {
 		f.Fatal(err)
 	}
 	_ = todos.Upsert(f.Context(), todo{ID: "t1", ProjectID: "p7", Title: "x"})
+	if err := core.RegisterChannel(e, core.Channel[json.RawMessage]{Pattern: "board:{project_id}", Subscribe: projectPolicy, Publish: projectPolicy, Presence: true}); err != nil {
+		f.Fatal(err)
+	}
 	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
 	var (
