@@ -81,7 +81,7 @@ var busKinds = []string{"memory", "postgres", "nats"}
 
 // channelCluster starts n engines sharing the bus of kind, each behind its
 // own HTTP server, with the test boards registered.
-func channelCluster(t *testing.T, kind string, n int, cc core.ChannelConfig) []*chanNode {
+func channelCluster(t testing.TB, kind string, n int, cc core.ChannelConfig) []*chanNode {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	var feeds []feed.Feed
@@ -155,7 +155,7 @@ func channelClusterOnConfig(t *testing.T, cfg core.Config) *chanNode {
 
 // startChanNode starts an engine with the test boards behind an HTTP
 // server, shut down when the test ends.
-func startChanNode(t *testing.T, cfg core.Config) *chanNode {
+func startChanNode(t testing.TB, cfg core.Config) *chanNode {
 	t.Helper()
 	e, err := core.New(cfg)
 	if err != nil {
@@ -175,7 +175,7 @@ func startChanNode(t *testing.T, cfg core.Config) *chanNode {
 }
 
 // dialRaw connects user (with boards in its claim) without saying hello.
-func dialRaw(t *testing.T, url, user string, boards ...string) *tidetest.Conn {
+func dialRaw(t testing.TB, url, user string, boards ...string) *tidetest.Conn {
 	t.Helper()
 	return tidetest.Dial(t, url, tidetest.WithHeader("X-User", user), tidetest.WithHeader("X-Projects", strings.Join(boards, ",")))
 }
