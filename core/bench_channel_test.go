@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
 )
@@ -81,7 +84,11 @@ func benchChannelFanout(b *testing.B, kind string, n, subs int) {
 	select {
 	case <-done:
 	case <-time.After(2 * time.Minute):
-		b.Fatalf("received %d of %d", received.Load(), target)
+		var st []core.ChannelStats
+		for _, nd := range nodes {
+			st = append(st, nd.e.ChannelStats())
+		}
+		b.Fatalf("received %d of %d; channel stats per node %+v", received.Load(), target, st)
 	}
 	el := time.Since(start)
 	b.StopTimer()
@@ -161,6 +168,41 @@ func benchPresenceLeave(b *testing.B, kind string) {
 		times = append(times, time.Since(start))
 	}
 	b.StopTimer()
+	slices.Sort(times)
+	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "ms-median")
+	b.ReportMetric(float64(times[len(times)-1].Microseconds())/1000, "ms-max")
+}
+
+// BenchmarkPresenceNodeExpiry measures how long a node keeps the members
+// of a node that died (stopped announcing without saying goodbye): a
+// member announced once by a node that then says nothing, until the
+// watcher receives its leave. With PresenceInterval 100 ms and PresenceTTL
+// 300 ms it is the TTL plus at most half an interval.
+func BenchmarkPresenceNodeExpiry(b *testing.B) {
+	f := memfeed.New(memfeed.Options{})
+	node := startChanNode(b, core.Config{Feed: f, Logger: slog.New(slog.DiscardHandler), Channels: core.ChannelConfig{PresenceInterval: 100 * time.Millisecond, PresenceTTL: 300 * time.Millisecond}})
+	w := dialRaw(b, node.url, "w", "b1")
+	w.Hello(protocol.ClientFrame{})
+	sub := protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameTopicSubscribe}
+	sub.Topic = "board:b1"
+	w.Send(sub)
+	w.Expect(protocol.FrameTopicSubscribed)
+	w.Expect(protocol.FramePresence)
+	times := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprint("ghost.", i)
+		start := time.Now()
+		err := f.Broadcast(context.Background(), feed.Broadcast{Kind: feed.BroadcastAnnounce, Node: "ghost", Topic: "board:b1", TTL: 300,
+			Members: []protocol.Member{{ID: id, Principal: "ghost"}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for left := false; !left; {
+			fr := w.Next()
+			left = slices.ContainsFunc(fr.Leaves, func(m protocol.Member) bool { return m.ID == id })
+		}
+		times = append(times, time.Since(start))
+	}
 	slices.Sort(times)
 	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "ms-median")
 	b.ReportMetric(float64(times[len(times)-1].Microseconds())/1000, "ms-max")
