@@ -46,10 +46,7 @@ func benchChannelFanout(b *testing.B, kind string, n, subs int) {
 	for i := range conns {
 		c := dialRaw(b, nodes[i%n].url, fmt.Sprint("u", i), "b1")
 		c.Hello(protocol.ClientFrame{})
-		f := protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameTopicSubscribe}
-		f.Topic = "chat:b1"
-		c.Send(f)
-		c.Expect(protocol.FrameTopicSubscribed)
+		joinRaw(c, "chat:b1", false)
 		conns[i] = c.WebSocket()
 	}
 	marker := []byte(`"type":"message"`)
@@ -119,13 +116,7 @@ func BenchmarkPresenceLeave(b *testing.B) {
 func benchPresenceLeave(b *testing.B, kind string) {
 	nodes := channelCluster(b, kind, 3, core.ChannelConfig{PublishRate: 1 << 20})
 	const topic = "board:b1"
-	join := func(c *tidetest.Conn) {
-		f := protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameTopicSubscribe}
-		f.Topic = topic
-		c.Send(f)
-		c.Expect(protocol.FrameTopicSubscribed)
-		c.Expect(protocol.FramePresence)
-	}
+	join := func(c *tidetest.Conn) { joinRaw(c, topic, true) }
 	watchers := []*tidetest.Conn{dialRaw(b, nodes[1].url, "w1", "b1"), dialRaw(b, nodes[2].url, "w2", "b1")}
 	for _, w := range watchers {
 		w.Hello(protocol.ClientFrame{})
@@ -183,11 +174,7 @@ func BenchmarkPresenceNodeExpiry(b *testing.B) {
 	node := startChanNode(b, core.Config{Feed: f, Logger: slog.New(slog.DiscardHandler), Channels: core.ChannelConfig{PresenceInterval: 100 * time.Millisecond, PresenceTTL: 300 * time.Millisecond}})
 	w := dialRaw(b, node.url, "w", "b1")
 	w.Hello(protocol.ClientFrame{})
-	sub := protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameTopicSubscribe}
-	sub.Topic = "board:b1"
-	w.Send(sub)
-	w.Expect(protocol.FrameTopicSubscribed)
-	w.Expect(protocol.FramePresence)
+	joinRaw(w, "board:b1", true)
 	times := make([]time.Duration, 0, b.N)
 	for i := 0; i < b.N; i++ {
 		id := fmt.Sprint("ghost.", i)

@@ -298,8 +298,7 @@ func (c *chanClient) waitFor(what string, cond func() bool) {
 
 func (c *chanClient) send(typ, topic string, data any) {
 	c.t.Helper()
-	f := protocol.ClientFrame{V: protocol.Version, Type: typ}
-	f.Topic = topic
+	f := topicFrame(typ, topic)
 	if data != nil {
 		b, err := json.Marshal(data)
 		if err != nil {
@@ -360,4 +359,21 @@ func (c *chanClient) messagesOf(topic string) []protocol.ServerFrame {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.messages[topic])
+}
+
+// topicFrame returns a channel client frame of type typ for topic.
+func topicFrame(typ, topic string) protocol.ClientFrame {
+	f := protocol.ClientFrame{V: protocol.Version, Type: typ}
+	f.Topic = topic
+	return f
+}
+
+// joinRaw subscribes c to topic and reads the acknowledgement (and, with
+// presence, the presence list).
+func joinRaw(c *tidetest.Conn, topic string, presence bool) {
+	c.Send(topicFrame(protocol.FrameTopicSubscribe, topic))
+	c.Expect(protocol.FrameTopicSubscribed)
+	if presence {
+		c.Expect(protocol.FramePresence)
+	}
 }

@@ -195,10 +195,7 @@ func TestChannelSlowSubscriberIsBounded(t *testing.T) {
 	node := channelClusterOnConfig(t, core.Config{Feed: f, SendBuffer: 16 << 10, MaxDrops: 4})
 	slow := dialRaw(t, node.url, "sid", "b1")
 	slow.Hello(protocol.ClientFrame{})
-	f2 := protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameTopicSubscribe}
-	f2.Topic = "chat:b1"
-	slow.Send(f2)
-	slow.Expect(protocol.FrameTopicSubscribed)
+	joinRaw(slow, "chat:b1", false)
 	msg := strings.Repeat("m", 3000)
 	ctx := context.Background()
 	for i := 0; node.e.ChannelStats().Dropped <= 4; i++ {

@@ -37,26 +37,15 @@ func (f *Feed) Broadcast(ctx context.Context, b feed.Broadcast) error {
 // connection is reopened with backoff, and the broadcasts sent meanwhile
 // are lost (presence heals with the nodes' next announcements).
 func (f *Feed) WatchBroadcasts(ctx context.Context, fn func(feed.Broadcast)) error {
-	conn, err := f.listenBroadcasts(ctx)
+	first, err := f.listenBroadcasts(ctx)
 	if err != nil {
 		return f.wrap("watch broadcasts", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		closeListener(conn)
-		return ErrClosed
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(f.ctx, cancel)
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		defer cancel()
-		defer stop()
+	err = f.goWatch(ctx, func(wctx context.Context) {
+		conn := first
 		for attempt := 0; ; attempt++ {
 			if conn != nil {
-				err = f.readBroadcasts(wctx, conn, fn)
+				err := f.readBroadcasts(wctx, conn, fn)
 				closeListener(conn)
 				conn = nil
 				if wctx.Err() != nil {
@@ -67,10 +56,35 @@ func (f *Feed) WatchBroadcasts(ctx context.Context, fn func(feed.Broadcast)) err
 			if !protocol.Sleep(wctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
 				return
 			}
+			var err error
 			if conn, err = f.listenBroadcasts(wctx); err == nil {
 				attempt = 0
 			}
 		}
+	})
+	if err != nil {
+		closeListener(first) // the watcher did not start
+	}
+	return err
+}
+
+// goWatch runs watch on a goroutine of the feed until ctx ends or the feed
+// closes; Close waits for it. It returns ErrClosed, starting nothing, on a
+// closed feed.
+func (f *Feed) goWatch(ctx context.Context, watch func(ctx context.Context)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return ErrClosed
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(f.ctx, cancel)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer cancel()
+		defer stop()
+		watch(wctx)
 	}()
 	return nil
 }
