@@ -34,8 +34,9 @@ type Channel[T any] struct {
 	// Request.Resource set to Name and Request.Conditions mapping each param
 	// to its value, so resource policies such as
 	// authz.RequireClaim("board_id", "boards") apply as they are. It runs
-	// after the token's grants allowed the topic. Zero value: every
-	// subscription is refused (deny by default).
+	// after the token's grants allowed the topic, and again on
+	// Engine.Reauthorize (a topic it then refuses is left). Zero value:
+	// every subscription is refused (deny by default).
 	Subscribe authz.Policy
 	// Publish decides who may publish from a client, with the same request
 	// as Subscribe; it runs for every published message. Zero value:
@@ -195,13 +196,19 @@ func (e *Engine) resolveTopic(topic string, p authz.Principal) (topicRequest, *p
 	return topicRequest{ch: ch, req: authz.Request{Principal: p, Resource: ch.name, Conditions: params}}, nil
 }
 
-// authorize runs policy (nil denies) for tr.
+// authorizeTopic runs policy (nil denies) for tr, bounded by 10 s and the
+// engine's life.
 func (e *Engine) authorizeTopic(policy authz.Policy, tr topicRequest, what string) *protocol.Error {
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	return e.authorizeTopicCtx(ctx, policy, tr, what)
+}
+
+// authorizeTopicCtx runs policy (nil denies) for tr.
+func (e *Engine) authorizeTopicCtx(ctx context.Context, policy authz.Policy, tr topicRequest, what string) *protocol.Error {
 	if policy == nil {
 		return protocol.Errorf(protocol.CodeForbidden, "%s on channel %s is not allowed", what, tr.ch.name)
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
-	defer cancel()
 	if err := policy(ctx, tr.req); err != nil {
 		te := ErrorFor(err)
 		if te.Code == protocol.CodeUnavailable {

@@ -162,6 +162,13 @@ func startChanNode(t testing.TB, cfg core.Config) *chanNode {
 		t.Fatal(err)
 	}
 	registerBoards(t, e)
+	return serveChanNode(t, e)
+}
+
+// serveChanNode serves e behind an HTTP server, shut down when the test
+// ends.
+func serveChanNode(t testing.TB, e *core.Engine) *chanNode {
+	t.Helper()
 	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/memfeed"
@@ -218,5 +221,40 @@ func TestChannelSlowSubscriberIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
+	}
+}
+
+// TestChannelReauthorize: Engine.Reauthorize runs topic policies again; a
+// topic the policy now refuses is left (its member leaves every list) with
+// a forbidden error carrying the topic.
+func TestChannelReauthorize(t *testing.T) {
+	var revoked sync.Map // principal ids no longer allowed
+	e, err := core.New(core.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := func(_ context.Context, r authz.Request) error {
+		if _, no := revoked.Load(r.Principal.ID); no {
+			return authz.ErrForbidden
+		}
+		return nil
+	}
+	if err := core.RegisterChannel(e, core.Channel[json.RawMessage]{Pattern: "room:{id}", Subscribe: policy, Presence: true}); err != nil {
+		t.Fatal(err)
+	}
+	node := serveChanNode(t, e)
+	amy, bo := dialChan(t, node, "amy"), dialChan(t, node, "bo")
+	amy.join("room:1", nil)
+	bo.join("room:1", nil)
+	bo.waitPresence("room:1", "amy=", "bo=")
+	revoked.Store("amy", true)
+	n, err := e.Reauthorize(context.Background(), "amy")
+	if err != nil || n != 1 {
+		t.Fatalf("Reauthorize = %d, %v; want 1 ended", n, err)
+	}
+	amy.waitError("room:1", protocol.CodeForbidden)
+	bo.waitPresence("room:1", "bo=")
+	if n, _ := e.Reauthorize(context.Background(), "bo"); n != 0 {
+		t.Errorf("Reauthorize(bo) ended %d", n)
 	}
 }

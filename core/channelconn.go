@@ -2,9 +2,11 @@ package core
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"time"
 
+	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
 )
@@ -244,4 +246,44 @@ func (c *conn) sendChannel(frame []byte) bool {
 		go c.closeWith(protocol.CloseOverloaded, "backpressure")
 	}
 	return false
+}
+
+// reauthorizeTopics runs the subscribe policies of the connection's topics
+// again for p (Engine.Reauthorize, a refreshed token); a topic they now
+// refuse is left, with an error frame carrying the topic. It returns ended
+// plus the topics it ended.
+func (c *conn) reauthorizeTopics(ctx context.Context, p authz.Principal, ended int) (int, error) {
+	h := c.e.chans
+	h.mu.Lock()
+	var subs []*topicSub
+	if ct := h.conns[c]; ct != nil {
+		for _, s := range ct.subs {
+			subs = append(subs, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range subs {
+		tr, perr := c.e.resolveTopic(s.t.name, p)
+		if perr == nil {
+			perr = c.e.authorizeTopicCtx(ctx, tr.ch.sub, tr, "subscribing")
+		}
+		if perr == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ended, ctx.Err()
+		}
+		h.mu.Lock()
+		ct := h.conns[c]
+		current := ct != nil && ct.subs[s.t.name] == s
+		if current {
+			h.leaveLocked(ct, s)
+		}
+		h.mu.Unlock()
+		if current {
+			c.sendFrame(protocol.TopicError(s.t.name, perr))
+			ended++
+		}
+	}
+	return ended, nil
 }

@@ -168,7 +168,7 @@ func (c *conn) reauthorize(ctx context.Context) (int, error) {
 		c.failSub(s, err)
 		ended++
 	}
-	return ended, nil
+	return c.reauthorizeTopics(ctx, p, ended) // app channel topics: channelconn.go
 }
 
 // reauthorizeLater re-checks the connection's subscriptions on a goroutine
