@@ -93,7 +93,7 @@ func channelCluster(t testing.TB, kind string, n int, cc core.ChannelConfig) []*
 			feeds, buses = append(feeds, f), append(buses, nil)
 		}
 	case "postgres":
-		pool, schema := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
+		pool, schema := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 8 }) // shared by the nodes
 		for i := range n {
 			f, err := pgfeed.New(pool, pgfeed.Options{Schema: schema + "_tide", Logger: quiet})
 			if err != nil {
