@@ -56,10 +56,13 @@ var ErrBroadcastTooLarge = errors.New("feed: broadcast larger than MaxBroadcastB
 // EncodeBroadcast returns the wire form of b shared by the Broadcaster
 // implementations (JSON), or ErrBroadcastTooLarge.
 func EncodeBroadcast(b Broadcast) ([]byte, error) {
-	data, err := json.Marshal(b)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "<" stays one byte: a payload's size is what the app sent
+	if err := enc.Encode(b); err != nil {
 		return nil, fmt.Errorf("feed: encode broadcast: %w", err)
 	}
+	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(data) > MaxBroadcastBytes {
 		return nil, ErrBroadcastTooLarge
 	}

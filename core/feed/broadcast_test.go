@@ -31,6 +31,10 @@ func TestBroadcastRoundTrip(t *testing.T) {
 			t.Errorf("%s:\n got %+v\nwant %+v", data, got, b)
 		}
 	}
+	html := feed.Broadcast{Kind: feed.BroadcastMessage, Node: "n", Topic: "t", Data: json.RawMessage(`"` + strings.Repeat("<", 5000) + `"`)}
+	if data, err := feed.EncodeBroadcast(html); err != nil || len(data) > 5100 {
+		t.Errorf("a message of 5000 '<' encodes to %d bytes (%v): HTML characters must not be escaped", len(data), err)
+	}
 	big := feed.Broadcast{Kind: feed.BroadcastMessage, Node: "n", Topic: "t", Data: json.RawMessage(`"` + strings.Repeat("x", feed.MaxBroadcastBytes) + `"`)}
 	if _, err := feed.EncodeBroadcast(big); !errors.Is(err, feed.ErrBroadcastTooLarge) {
 		t.Errorf("oversized broadcast: %v", err)
