@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -257,4 +258,18 @@ func TestChannelReauthorize(t *testing.T) {
 	if n, _ := e.Reauthorize(context.Background(), "bo"); n != 0 {
 		t.Errorf("Reauthorize(bo) ended %d", n)
 	}
+}
+
+// TestChannelDeadConnectionLeaves: a connection that stops answering (no
+// close, no pongs) is swept at the idle timeout, and its member leaves.
+func TestChannelDeadConnectionLeaves(t *testing.T) {
+	node := channelClusterOnConfig(t, core.Config{IdleTimeout: 2 * time.Second})
+	watcher := dialChan(t, node, "wes", "b1")
+	watcher.join("board:b1", nil)
+	zombie := dialRaw(t, node.url, "zed", "b1")
+	zombie.Hello(protocol.ClientFrame{})
+	joinRaw(zombie, "board:b1", true)
+	watcher.waitPresence("board:b1", "wes=", "zed=")
+	// zombie reads nothing more, so it answers no ping.
+	watcher.waitPresence("board:b1", "wes=")
 }

@@ -119,10 +119,7 @@ func (h *chanHub) unsubscribe(c *conn, topic string) *protocol.Error {
 	if ct == nil || ct.subs[topic] == nil {
 		return protocol.Errorf(protocol.CodeNotTopicMember, "topic %q is not subscribed", protocol.Truncate(topic, 64))
 	}
-	h.leaveLocked(ct, ct.subs[topic])
-	if len(ct.subs) == 0 {
-		delete(h.conns, c)
-	}
+	h.leaveLocked(ct, ct.subs[topic]) // ct stays until the connection closes: it holds the publish bucket
 	return nil
 }
 
