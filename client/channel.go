@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -169,18 +170,8 @@ func (t *Topic) membersLocked() []protocol.Member {
 	for _, m := range t.members {
 		out = append(out, m)
 	}
-	slices.SortFunc(out, func(a, b protocol.Member) int { return compareStrings(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b protocol.Member) int { return cmp.Compare(a.ID, b.ID) })
 	return out
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Leave unsubscribes from the topic and forgets it.
