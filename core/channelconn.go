@@ -222,7 +222,13 @@ func (c *conn) presenceUpdate(topic string, state json.RawMessage) *protocol.Err
 // changes: a frame that does not fit is dropped and counted, and past
 // Config.MaxDrops drops the connection is closed with 1013. It reports
 // whether the frame was queued (or the connection is going away).
-func (c *conn) sendChannel(frame []byte) bool {
+func (c *conn) sendChannel(frame []byte) bool { return c.sendChannelKick(frame, nil) }
+
+// sendChannelKick is sendChannel for a fan-out: with kicks non-nil the
+// connection's writer is not started at once but added to kicks (once), to
+// be started with kickQueued after the frame is queued for every
+// subscriber, so the writers do not race the fan-out loop.
+func (c *conn) sendChannelKick(frame []byte, kicks *[]*conn) bool {
 	c.mu.Lock()
 	if c.closing || c.out.closeQueued {
 		c.mu.Unlock()
@@ -230,7 +236,13 @@ func (c *conn) sendChannel(frame []byte) bool {
 	}
 	if c.out.fits(len(frame)) {
 		c.out.push(outItem{data: frame})
-		c.kickLocked()
+		switch {
+		case kicks == nil:
+			c.kickLocked()
+		case !c.out.writing && !c.out.kickQueued:
+			c.out.kickQueued = true
+			*kicks = append(*kicks, c)
+		}
 		c.mu.Unlock()
 		return true
 	}

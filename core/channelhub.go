@@ -30,7 +30,8 @@ type chanHub struct {
 	shapes   map[string]bool
 	topics   map[string]*topicState
 	conns    map[*conn]*connTopics
-	seq      uint64 // member ids
+	seq      uint64  // member ids
+	kicks    []*conn // deliverLocked's writers to start, reused
 
 	out      chan feed.Broadcast // to the sender goroutine
 	started  bool                // guarded by mu
@@ -406,13 +407,17 @@ func (h *chanHub) publish(topic string, data []byte, from string) {
 // deliverLocked queues a message frame to every subscriber of t.
 func (h *chanHub) deliverLocked(t *topicState, frame []byte) {
 	n := int64(0)
+	kicks := h.kicks[:0]
 	for s := range t.subs {
-		if s.c.sendChannel(frame) {
+		if s.c.sendChannelKick(frame, &kicks) {
 			n++
 		} else {
 			h.stats.dropped.Add(1)
 		}
 	}
+	kickQueued(kicks)
+	clear(kicks)
+	h.kicks = kicks[:0]
 	h.stats.delivered.Add(n)
 }
 
