@@ -93,21 +93,22 @@ func channelCluster(t testing.TB, kind string, n int, cc core.ChannelConfig) []*
 			feeds, buses = append(feeds, f), append(buses, nil)
 		}
 	case "postgres":
-		pool, schema := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 8 }) // shared by the nodes
-		for i := range n {
-			f, err := pgfeed.New(pool, pgfeed.Options{Schema: schema + "_tide", Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.Close() })
-			if i == 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				err := f.Migrate(ctx)
-				cancel()
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+		// One feed for every node keeps the test's connections few (the
+		// database is shared); each engine still listens to the broadcasts
+		// on a connection of its own, so they cross Postgres.
+		pool, schema := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
+		f, err := pgfeed.New(pool, pgfeed.Options{Schema: schema + "_tide", Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = f.Migrate(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range n {
 			feeds, buses = append(feeds, f), append(buses, nil)
 		}
 	case "nats":
