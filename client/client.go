@@ -51,6 +51,8 @@ type Client struct {
 	seq     uint64                 // declaration order of scopes
 	sess    *session               // the current connection, nil between connections
 	nextID  uint64                 // last subscription id handed out; ids are never reused
+
+	topics topics // app channel topics joined (channel.go)
 }
 
 // scopeState is a declared scope.

@@ -317,6 +317,9 @@ func (s *session) loop(ctx context.Context) {
 
 func (s *session) handle(ctx context.Context, f protocol.ServerFrame) {
 	c := s.c
+	if s.channelFrame(f) { // app channel topics: channel.go
+		return
+	}
 	switch f.Type {
 	case protocol.FrameWelcome:
 		if s.welcomed {
@@ -329,6 +332,7 @@ func (s *session) handle(ctx context.Context, f protocol.ServerFrame) {
 			s.wmu.Unlock()
 		}
 		s.subscribeAll(ctx)
+		s.subscribeTopics() // channel.go
 		s.flushMutations()
 		c.log.Info("tide client: connected", "build", f.Build)
 		c.emit(Event{Kind: EventConnected, Build: f.Build})

@@ -138,6 +138,10 @@ type Config struct {
 	// mutations' traces from their traceparent and links tail batches to
 	// the mutations they deliver. Zero value: no spans.
 	Tracer Tracer
+
+	// Channels configures app channels (see Channel). Its zero value is
+	// ready to use.
+	Channels ChannelConfig
 }
 
 // withDefaults returns a copy of c with every zero field set to its default.
@@ -171,6 +175,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.HelloTimeout, 10*time.Second)
 	setDur(&c.IdleTimeout, 120*time.Second)
 	setDur(&c.WriteTimeout, 10*time.Second)
+	c.Channels = c.Channels.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -213,6 +218,9 @@ func (c Config) validate() error {
 	if err := protocol.CheckText("BuildID", c.BuildID, protocol.MaxBuildLen); err != nil {
 		errs = append(errs, errors.New(err.Message))
 	}
+	if err := c.Channels.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("tide: invalid config: %w", errors.Join(errs...))
 	}
@@ -221,5 +229,5 @@ func (c Config) validate() error {
 
 // limits returns the limits the welcome frame announces.
 func (c *Config) limits() protocol.Limits {
-	return protocol.Limits{MaxFrameBytes: c.MaxFrameBytes, MaxSubscriptions: c.MaxSubscriptions, FrameRate: c.FrameRate, FrameBurst: c.FrameBurst}
+	return protocol.Limits{MaxFrameBytes: c.MaxFrameBytes, MaxSubscriptions: c.MaxSubscriptions, FrameRate: c.FrameRate, FrameBurst: c.FrameBurst, ChannelLimits: c.Channels.limits()}
 }

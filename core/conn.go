@@ -78,6 +78,10 @@ func (c *conn) handle(data []byte) {
 		c.sendFrame(protocol.Reject(protocol.Truncate(f.Key, protocol.MaxKeyLen), ferr))
 		return
 	}
+	if ferr != nil && f.Topic != "" && c.helloDone && ferr.Code != protocol.CodeUnsupportedVersion {
+		c.sendFrame(protocol.TopicError(protocol.Truncate(f.Topic, protocol.MaxTopicLen), ferr)) // about a topic: say which
+		return
+	}
 	if ferr != nil {
 		c.sendError(f.ID, ferr)
 		switch {
@@ -104,6 +108,8 @@ func (c *conn) handle(data []byte) {
 		c.refresh(f)
 	case protocol.FrameMutate:
 		c.mutate(f)
+	case protocol.FrameTopicSubscribe, protocol.FrameTopicUnsubscribe, protocol.FramePublish, protocol.FramePresenceUpdate:
+		c.handleChannel(f) // channelconn.go
 	}
 }
 

@@ -33,6 +33,7 @@ type Engine struct {
 	limits *catchUpLimiter // concurrent catch-up reads (catchuplimit.go)
 	follow *follower       // policy re-checks when what they read changes (recheck.go)
 	traces *mutationTraces // spans of recent mutations, nil unless the tracer links (tracelink.go)
+	chans  *chanHub        // app channels: topics, presence (channel*.go)
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
 
@@ -82,6 +83,7 @@ func New(cfg Config) (*Engine, error) {
 	if _, ok := cfg.Tracer.(SpanLinker); ok {
 		e.traces = newMutationTraces()
 	}
+	e.chans = newChanHub(e)
 	return e, nil
 }
 

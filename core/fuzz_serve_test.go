@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -35,6 +36,11 @@ func FuzzServeFrame(f *testing.F) {
 		`{"v":1,"type":"subscribe","id":"m2","resources":["comments","todos"],"conditions":{"project_id":"p7"},"cursor":"1s.x.1.dG9kb3MAdDE"}`,
 		`{"v":1,"type":"subscribe","id":"m3","resources":["todos","nope"]}`,
 		`{"v":1,"type":"sub`, `null`, `[]`, `{}`, "\xff\xfe",
+		`{"v":1,"type":"topic-subscribe","topic":"board:p7","state":{"x":1}}`,
+		`{"v":1,"type":"publish","topic":"board:p7","data":{"x":1}}`,
+		`{"v":1,"type":"presence-update","topic":"board:p7","state":"typing"}`,
+		`{"v":1,"type":"topic-unsubscribe","topic":"board:p7"}`,
+		`{"v":1,"type":"publish","topic":"board:p9","data":[]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -52,6 +58,9 @@ func FuzzServeFrame(f *testing.F) {
 		f.Fatal(err)
 	}
 	_ = comments.Upsert(f.Context(), mtComment{ID: "c1", ProjectID: "p7"})
+	if err := core.RegisterChannel(e, core.Channel[json.RawMessage]{Pattern: "board:{project_id}", Subscribe: projectPolicy, Publish: projectPolicy, Presence: true}); err != nil {
+		f.Fatal(err)
+	}
 	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
 	var (

@@ -168,7 +168,7 @@ func (c *conn) reauthorize(ctx context.Context) (int, error) {
 			ended++
 		}
 	}
-	return ended, nil
+	return c.reauthorizeTopics(ctx, p, ended) // app channel topics: channelconn.go
 }
 
 // recheckSub runs s's policy again for p and ends s, with an error frame

@@ -165,6 +165,7 @@ func (c *conn) teardown() {
 	}
 	c.kill()
 	c.e.auth.forget(c)
+	c.e.chans.dropConn(c)
 	c.e.mu.Lock()
 	delete(c.e.conns, c)
 	c.e.mu.Unlock()

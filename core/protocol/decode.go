@@ -95,6 +95,8 @@ func (f *ClientFrame) Validate() *Error {
 		if len(f.Token) > MaxTokenLen {
 			return Errorf(CodeBadFrame, "token is longer than %d bytes", MaxTokenLen)
 		}
+	case FrameTopicSubscribe, FrameTopicUnsubscribe, FramePublish, FramePresenceUpdate:
+		return f.validateChannel()
 	case "":
 		return Errorf(CodeBadFrame, `missing frame "type"`)
 	default:
@@ -216,6 +218,8 @@ func DecodeServerFrame(data []byte) (ServerFrame, error) {
 		if f.Code == "" {
 			return f, fmt.Errorf("%w: error without code", ErrBadServerFrame)
 		}
+	default:
+		return f, checkChannelServerFrame(&f)
 	}
 	return f, nil
 }

@@ -92,6 +92,7 @@ func Welcome(build string, l Limits) []byte {
 	b = strconv.AppendInt(b, int64(l.FrameRate), 10)
 	b = append(b, `,"frame_burst":`...)
 	b = strconv.AppendInt(b, int64(l.FrameBurst), 10)
+	b = appendChannelLimits(b, l.ChannelLimits)
 	return append(b, '}', '}')
 }
 

@@ -70,6 +70,8 @@ type ClientFrame struct {
 	// TraceParent is the W3C trace context of the client's span for the
 	// mutation (a traceparent header value), "" if it has none.
 	TraceParent string `json:"traceparent,omitempty"`
+
+	ChannelFields // topic-subscribe, topic-unsubscribe, publish, presence-update (channel.go)
 }
 
 // Entry is one change inside a changes frame, as a client sees it.
@@ -87,6 +89,8 @@ type Limits struct {
 	MaxSubscriptions int `json:"max_subscriptions"`
 	FrameRate        int `json:"frame_rate"`  // sustained client frames per second
 	FrameBurst       int `json:"frame_burst"` // client frames allowed at once above the rate
+
+	ChannelLimits // app channels (channel.go)
 }
 
 // ServerFrame is a decoded server-to-client frame, for clients written in Go.
@@ -110,4 +114,6 @@ type ServerFrame struct {
 	Code      Code        `json:"code,omitempty"`       // error, reject
 	Message   string      `json:"message,omitempty"`    // error, reject
 	ExpiresIn int         `json:"expires_in,omitempty"` // refresh-token: seconds until the token expires
+
+	ChannelServerFields // topic-subscribed, message, presence, presence-diff, and errors about a topic (channel.go)
 }

@@ -133,6 +133,10 @@ func FuzzDecodeClientFrame(f *testing.F) {
 				t.Fatalf("accepted incomplete mutate %+v", fr)
 			}
 		case FrameHello, FrameRefresh:
+		case FrameTopicSubscribe, FrameTopicUnsubscribe, FramePublish, FramePresenceUpdate:
+			if fr.Topic == "" {
+				t.Fatalf("accepted %s without topic", fr.Type)
+			}
 		default:
 			t.Fatalf("accepted type %q", fr.Type)
 		}

@@ -129,6 +129,11 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 		return err
 	}
 	app.todos = todos
+	// Who is viewing a project: an app channel with presence, open to the
+	// project's members (the same policy as the todos).
+	if err := core.RegisterChannel(engine, core.Channel[json.RawMessage]{Pattern: "project:{project_id}", Subscribe: projectMember, Presence: true}); err != nil {
+		return err
+	}
 	if err := app.addMutators(); err != nil {
 		return err
 	}

@@ -84,6 +84,33 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the new todo never reached the subscribed client: %v", err)
 	}
+
+	// Who is viewing the project: this tab (the Go client) and a second
+	// user, through the project's presence channel.
+	seen := make(chan []protocol.Member, 16)
+	if _, err := c.JoinTopic("project:demo", client.TopicOptions{OnPresence: func(ms []protocol.Member) { seen <- ms }}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := client.New(client.Config{URL: "ws" + strings.TrimPrefix(base, "http") + "tide/ws", Header: http.Header{"Cookie": {sessionCookie + "=zoe"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.JoinTopic("project:demo", client.TopicOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = other.Run(ctx) }()
+	for {
+		var ms []protocol.Member
+		select {
+		case ms = <-seen:
+		case <-ctx.Done():
+			t.Fatal("zoe never appeared among the viewers of project demo")
+		}
+		if len(ms) == 2 && (ms[0].Principal == "zoe" || ms[1].Principal == "zoe") {
+			break
+		}
+	}
+
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)

@@ -41,6 +41,7 @@ export type ServerFrame = {
 } | {
     type: "error";
     id?: string;
+    topic?: string;
     code: string;
     message: string;
 } | {
@@ -60,7 +61,7 @@ export type ServerFrame = {
     key: string;
     code: string;
     message: string;
-};
+} | TopicFrame;
 /** A protocol violation by the server, or a frame this client cannot use. */
 export declare class ProtocolError extends Error {
     name: string;
@@ -426,5 +427,68 @@ export declare class Client {
     private pollScope;
     private posting;
     private postAll;
+}
+/** One subscriber of a presence topic: a connection of a principal. */
+export interface Member {
+    id: string;
+    principal: string;
+    state?: unknown;
+}
+/** A topic's state for a UI: its presence list and the last refusal. */
+export interface TopicSnapshot {
+    members: Member[];
+    error?: {
+        code: string;
+        message: string;
+    };
+}
+/** A decoded channel frame (id is never set: frames name their topic). */
+export type TopicFrame = {
+    id?: undefined;
+    topic: string;
+} & ({
+    type: "topic-subscribed";
+    presence?: boolean;
+} | {
+    type: "message";
+    data: unknown;
+    from?: string;
+} | {
+    type: "presence";
+    members: Member[];
+} | {
+    type: "presence-diff";
+    joins: Member[];
+    leaves: Member[];
+});
+/** A joined topic. Bind a UI with subscribe/getSnapshot, like Scope. */
+export declare class Topic {
+    private client;
+    readonly name: string;
+    private state;
+    private members;
+    private snap;
+    private listeners;
+    private handlers;
+    private left;
+    constructor(client: Client, name: string, state: unknown);
+    /** Calls fn with every message of the topic; returns its remover. */
+    onMessage(fn: (data: unknown, from: string) => void): () => void;
+    subscribe(fn: (s: TopicSnapshot) => void): () => void;
+    getSnapshot(): TopicSnapshot;
+    /** Sends data to every subscriber; false when offline (nothing is queued). */
+    publish(data: unknown): boolean;
+    /** Replaces this client's presence state: sent now, and on every rejoin. */
+    setState(state: unknown): void;
+    leave(): void;
+    private wire;
+}
+declare module "./tide" {
+    interface Client {
+        /** Joins a topic (or returns the one joined), with a presence state. */
+        topic(name: string, opts?: {
+            state?: unknown;
+        }): Topic;
+    }
 }
 export {};

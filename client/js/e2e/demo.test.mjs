@@ -242,3 +242,21 @@ test("token expiry: the tab refreshes its token before each expires and stays li
   assert.equal(sockets.length, 1, "the tab opened another socket: " + sockets.join(", "));
   await ctx.close();
 });
+
+test("viewers: who else has a project open appears and leaves live (an app channel with presence)", { skip: !haveChrome }, async () => {
+  const carol = await user("carol");
+  const dan = await user("dan");
+  const c1 = await tab(carol, "demo");
+  const d1 = await tab(dan, "demo");
+  const viewers = (p, text) => p.waitForFunction((t) => document.getElementById("viewers").textContent === t, text, T);
+  await viewers(c1, "Viewing now: carol, dan");
+  await viewers(d1, "Viewing now: carol, dan");
+  await d1.selectOption("#project", "home"); // dan moves to another project
+  await viewers(c1, "Viewing now: carol");
+  await viewers(d1, "Viewing now: dan");
+  await d1.close(); // a closed tab leaves too
+  const c2 = await tab(carol, "home");
+  await viewers(c2, "Viewing now: carol");
+  await carol.close();
+  await dan.close();
+});

@@ -24,11 +24,12 @@ export type ServerFrame =
   | { type: "changes"; id?: string; cursor: string; entries: Entry[]; more?: boolean }
   | { type: "caught-up"; id: string; cursor: string }
   | { type: "reset"; id?: string; reason: string }
-  | { type: "error"; id?: string; code: string; message: string }
+  | { type: "error"; id?: string; topic?: string; code: string; message: string }
   | { type: "update-available"; build: string }
   | { type: "refresh-token"; expires_in: number }
   | { type: "ack"; key: string; cursor: string; entries: Entry[]; replayed?: boolean }
-  | { type: "reject"; key: string; code: string; message: string };
+  | { type: "reject"; key: string; code: string; message: string }
+  | TopicFrame; // app channels: see the section at the end of this file
 
 /** A protocol violation by the server, or a frame this client cannot use. */
 export class ProtocolError extends Error {
@@ -111,6 +112,7 @@ export function decodeServerFrame(text: string): ServerFrame {
     case "error": {
       const out: ServerFrame = { type, code: str(f, "code"), message: str(f, "message", true) };
       if (f.id !== undefined) out.id = str(f, "id");
+      if (f.topic !== undefined) out.topic = str(f, "topic");
       return out;
     }
     case "update-available":
@@ -126,6 +128,7 @@ export function decodeServerFrame(text: string): ServerFrame {
     case "reject":
       return { type, key: str(f, "key"), code: str(f, "code"), message: str(f, "message", true) };
   }
+  if (topicFrameTypes.includes(type as string)) return decodeTopicFrame(f);
   throw new ProtocolError(`unknown frame type ${JSON.stringify(type)}`);
 }
 
@@ -1141,9 +1144,11 @@ export class Client {
   }
 
   private async handle(f: ServerFrame) {
+    if (topicFrame(this, f)) return; // app channels: the section at the end of this file
     switch (f.type) {
       case "welcome":
         this.welcomed = true;
+        rejoinTopics(this);
         this.attempt = 0;
         this.refusedToken = null;
         this.status.set({ state: "catching-up" });
@@ -1406,4 +1411,169 @@ export class Client {
       this.posting = false;
     }
   }
+}
+
+// ---- app channels: topics and presence ----
+//
+// A topic is an app channel the server declared (docs/channels.md):
+// ephemeral messages, and optionally who is subscribed (presence). Topics
+// are joined on every connection until left; messages sent while offline
+// are not delivered later.
+
+/** One subscriber of a presence topic: a connection of a principal. */
+export interface Member {
+  id: string;
+  principal: string;
+  state?: unknown;
+}
+
+/** A topic's state for a UI: its presence list and the last refusal. */
+export interface TopicSnapshot {
+  members: Member[];
+  error?: { code: string; message: string };
+}
+
+/** A decoded channel frame (id is never set: frames name their topic). */
+export type TopicFrame = { id?: undefined; topic: string } & (
+  | { type: "topic-subscribed"; presence?: boolean }
+  | { type: "message"; data: unknown; from?: string }
+  | { type: "presence"; members: Member[] }
+  | { type: "presence-diff"; joins: Member[]; leaves: Member[] }
+);
+
+const topicFrameTypes = ["topic-subscribed", "message", "presence", "presence-diff"];
+
+function decodeMembers(f: { [k: string]: unknown }, k: string): Member[] {
+  const list = f[k] ?? [];
+  if (!Array.isArray(list)) throw new ProtocolError(`${String(f.type)}: "${k}" is not an array`);
+  return list.map((m): Member => {
+    if (!isObj(m)) throw new ProtocolError("a member is not an object");
+    return { id: str(m, "id"), principal: str(m, "principal", true), state: m.state };
+  });
+}
+
+function decodeTopicFrame(f: { [k: string]: unknown }): TopicFrame {
+  const topic = str(f, "topic");
+  switch (f.type) {
+    case "message":
+      if (f.data === undefined) throw new ProtocolError(`message: no "data"`);
+      return { type: "message", topic, data: f.data, from: str(f, "from", true) };
+    case "presence":
+      return { type: "presence", topic, members: decodeMembers(f, "members") };
+    case "presence-diff":
+      return { type: "presence-diff", topic, joins: decodeMembers(f, "joins"), leaves: decodeMembers(f, "leaves") };
+  }
+  return { type: "topic-subscribed", topic, presence: f.presence === true };
+}
+
+type Wire = { send(f: { [k: string]: unknown }): void; welcomed: boolean };
+const topicsOf = new WeakMap<Client, Map<string, Topic>>();
+
+/** A joined topic. Bind a UI with subscribe/getSnapshot, like Scope. */
+export class Topic {
+  private members = new Map<string, Member>();
+  private snap: TopicSnapshot = { members: [] };
+  private listeners = new Set<(s: TopicSnapshot) => void>();
+  private handlers = new Set<(data: unknown, from: string) => void>();
+  private left = false;
+
+  constructor(
+    private client: Client,
+    readonly name: string,
+    private state: unknown,
+  ) {}
+
+  /** Calls fn with every message of the topic; returns its remover. */
+  onMessage(fn: (data: unknown, from: string) => void): () => void {
+    this.handlers.add(fn);
+    return () => this.handlers.delete(fn);
+  }
+
+  subscribe(fn: (s: TopicSnapshot) => void): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  getSnapshot(): TopicSnapshot {
+    return this.snap;
+  }
+
+  /** Sends data to every subscriber; false when offline (nothing is queued). */
+  publish(data: unknown): boolean {
+    return this.wire({ type: "publish", topic: this.name, data });
+  }
+
+  /** Replaces this client's presence state: sent now, and on every rejoin. */
+  setState(state: unknown) {
+    this.state = state;
+    this.wire({ type: "presence-update", topic: this.name, state });
+  }
+
+  leave() {
+    if (this.left) return;
+    this.left = true;
+    topicsOf.get(this.client)?.delete(this.name);
+    this.wire({ type: "topic-unsubscribe", topic: this.name });
+  }
+
+  /** @internal */
+  join() {
+    this.wire({ type: "topic-subscribe", topic: this.name, state: this.state });
+  }
+
+  private wire(f: { [k: string]: unknown }): boolean {
+    const w = this.client as unknown as Wire;
+    if (this.left && f.type !== "topic-unsubscribe") return false;
+    if (w.welcomed) w.send(f);
+    return w.welcomed;
+  }
+
+  /** @internal */
+  apply(f: ServerFrame) {
+    if (f.type === "message") {
+      for (const h of this.handlers) h(f.data, f.from ?? "");
+      return;
+    }
+    if (f.type === "presence") this.members = new Map(f.members.map((m) => [m.id, m]));
+    else if (f.type === "presence-diff") {
+      for (const m of f.leaves) this.members.delete(m.id);
+      for (const m of f.joins) this.members.set(m.id, m);
+    } else if (f.type === "error") {
+      if (f.code === "duplicate_subscription") return;
+      this.snap = { ...this.snap, error: { code: f.code, message: f.message } };
+    } else return;
+    if (f.type !== "error") this.snap = { members: [...this.members.values()] };
+    for (const l of this.listeners) l(this.snap);
+  }
+}
+
+declare module "./tide" {
+  interface Client {
+    /** Joins a topic (or returns the one joined), with a presence state. */
+    topic(name: string, opts?: { state?: unknown }): Topic;
+  }
+}
+
+Client.prototype.topic = function (this: Client, name: string, opts: { state?: unknown } = {}): Topic {
+  let m = topicsOf.get(this);
+  if (!m) topicsOf.set(this, (m = new Map()));
+  let t = m.get(name);
+  if (!t) {
+    m.set(name, (t = new Topic(this, name, opts.state)));
+    t.join();
+  }
+  return t;
+};
+
+function rejoinTopics(c: Client) {
+  queueMicrotask(() => {
+    for (const t of topicsOf.get(c)?.values() ?? []) t.join();
+  });
+}
+
+function topicFrame(c: Client, f: ServerFrame): boolean {
+  const name = "topic" in f ? f.topic : undefined;
+  if (name === undefined || (f.type === "error" && !name)) return false;
+  topicsOf.get(c)?.get(name)?.apply(f);
+  return true;
 }

@@ -49,6 +49,7 @@ type Feed struct {
 	tx   uint64      // Change.Tx of the commit being applied: its first position
 	keys keyring     // idempotency keys of mutations (transact.go)
 	revs revocations // revocation.go
+	cast broadcasts  // broadcast.go
 }
 
 // row is the current state of one row.

@@ -328,3 +328,5 @@ func BenchmarkSnapshotPage(b *testing.B) {
 		}
 	}
 }
+
+func TestBroadcaster(t *testing.T) { feedtest.RunBroadcaster(t, memfeed.New(memfeed.Options{})) }

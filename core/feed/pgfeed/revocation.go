@@ -88,21 +88,7 @@ func (f *Feed) WatchRevocations(ctx context.Context, fn func(r feed.Revocation, 
 	if err != nil {
 		return f.wrap("read revocations", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return ErrClosed
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(f.ctx, cancel)
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		defer cancel()
-		defer stop()
-		f.watchRevocations(wctx, last, fn)
-	}()
-	return nil
+	return f.goWatch(ctx, func(wctx context.Context) { f.watchRevocations(wctx, last, fn) })
 }
 
 // readRevocations calls fn with each stored revocation after seq, in order,
