@@ -50,6 +50,7 @@ func (e *Engine) Accept(ws Socket, p authz.Principal) error {
 	c := &conn{e: e, ws: ws, subs: map[string]*subscription{}}
 	c.principal.Store(&p)
 	c.out.init(e.cfg.SendBuffer)
+	c.initDirect()
 	e.mu.Lock()
 	if e.draining {
 		e.mu.Unlock()

@@ -130,6 +130,10 @@ type hub struct {
 
 	writers chan *conn   // unbuffered: parked writer goroutines take connections to write for (sendqueue.go)
 	parked  atomic.Int64 // writers parked on writers
+
+	flushBuf      []byte        // the dispatching goroutine's frame buffer for direct writes
+	flushJobs     chan flushJob // parts of a dispatch's connections for the flushers
+	startFlushers sync.Once
 }
 
 // resIndex holds the groups of one resource. A group is indexed under the
@@ -274,7 +278,7 @@ func (h *hub) dispatch(changes []feed.Change) {
 	clear(active)
 	h.active = active[:0]
 	h.e.cache.recent.add(changes)
-	kickQueued(kicks)
+	h.flushKicked(kicks)
 	clear(kicks)
 	h.kicks = kicks[:0]
 }

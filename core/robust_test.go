@@ -131,9 +131,12 @@ func resumeCopy(t *testing.T, s *server, c *wsClient, cursor string, want map[st
 }
 
 // TestBackpressureCloses: a client that keeps falling behind is cut off
-// with 1013 once it exceeds the drop limit.
+// with 1013 once it exceeds the drop limit. The client falls behind for
+// certain: whenever it is live (caught up), it stops reading until the
+// server has dropped entries for it, then reads on.
 func TestBackpressureCloses(t *testing.T) {
-	s := newServer(t, core.Config{SendBuffer: 1024, MaxDrops: 2, WriteTimeout: time.Minute})
+	drops := &dropSignal{c: make(chan struct{}, 16)}
+	s := newServer(t, core.Config{SendBuffer: 1024, MaxDrops: 2, WriteTimeout: time.Minute, Observer: drops})
 	c := s.dial(t, "u", "p7")
 	c.hello()
 	c.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
@@ -156,17 +159,39 @@ func TestBackpressureCloses(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); wg.Wait() }()
-	// Read slowly: one frame per write burst is far behind the writer.
+	live := true // collect returned at caught-up
 	for {
+		if live {
+			select {
+			case <-drops.c:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no entries dropped within 30 s of the client stopping to read")
+			}
+			live = false
+		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-		_, _, err := c.ws.ReadMessage()
+		_, msg, err := c.ws.ReadMessage()
 		if err == nil {
+			live = strings.Contains(string(msg[:min(len(msg), 40)]), `"caught-up"`)
 			continue
 		}
 		if !websocket.IsCloseError(err, int(protocol.CloseOverloaded)) {
 			t.Fatalf("want close 1013, got %v", err)
 		}
 		return
+	}
+}
+
+// dropSignal is an observer that signals every dropped live entry.
+type dropSignal struct {
+	core.NopObserver
+	c chan struct{}
+}
+
+func (d *dropSignal) Dropped() {
+	select {
+	case d.c <- struct{}{}:
+	default:
 	}
 }
 
