@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,6 +79,52 @@ func TestSlowConsumer(t *testing.T) {
 		t.Fatalf("slow client did not converge: %d rows, want %d (cut off on the way: %v)", len(slowCopy), len(want), cutOff)
 	}
 	t.Logf("slow client converged; cut off on the way: %v", cutOff)
+}
+
+// TestPingsWhileStalled: a client that stops reading but keeps pinging
+// gets its pongs and frames as whole frames: the server's answers to its
+// pings never land inside a frame the server had only half written when
+// the socket filled up. When it reads again it converges, and whatever
+// ended its connections on the way was a close, never a broken frame.
+func TestPingsWhileStalled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 8 MB")
+	}
+	s := newServer(t, core.Config{SendBuffer: 64 << 10, MaxDrops: 1 << 20, WriteTimeout: time.Minute})
+	ctx := context.Background()
+	slow := s.dial(t, "u", "p7")
+	slow.hello()
+	slow.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
+	_, cursor := slow.collect("s")
+	var pongs atomic.Int64
+	slow.ws.SetPongHandler(func(string) error { pongs.Add(1); return nil })
+	const n, size = 4000, 2000 // 8 MB: beyond loopback socket buffers
+	title := strings.Repeat("x", size)
+	for i := 0; i < n; i++ {
+		if err := s.todos.Upsert(ctx, todo{ID: fmt.Sprintf("k%05d", i%(n/4)), ProjectID: "p7", Title: title}); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			if err := slow.ws.WriteControl(websocket.PingMessage, []byte(fmt.Sprint(i)), time.Now().Add(10*time.Second)); err != nil {
+				t.Fatalf("ping %d: %v", i, err)
+			}
+		}
+	}
+	if s.e.Stats().Dropped == 0 {
+		t.Fatal("the stalled client never hit backpressure: the test did not exercise it")
+	}
+	want := rowsOf(t, s, "p7")
+	got, cutOff := resumeCopy(t, s, slow, cursor, want)
+	if !equalCopies(got, want) {
+		t.Fatalf("stalled client did not converge: %d rows, want %d (cut off on the way: %v)", len(got), len(want), cutOff)
+	}
+	for _, err := range cutOff {
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || (ce.Code != int(protocol.CloseOverloaded) && ce.Code != websocket.CloseAbnormalClosure) {
+			t.Errorf("connection ended by %v, want a close (1013) or a cut connection (1006), not a broken frame", err)
+		}
+	}
+	t.Logf("converged; %d pongs read; cut off on the way: %v", pongs.Load(), cutOff)
 }
 
 // resumeCopy reads subscription "s" of c into a copy of the scope until the

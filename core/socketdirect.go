@@ -59,10 +59,10 @@ func (c *conn) initDirect() {
 		return
 	}
 	c.out.direct.rc, c.out.direct.nc = rc, wc.NetConn()
-	wc.SetPingHandler(func(data string) error {
+	wc.SetPingHandler(func(data string) error { // gorilla's default, through writeControl
 		err := c.writeControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
 		var ne net.Error
-		if err == nil || errors.Is(err, websocket.ErrCloseSent) || errors.As(err, &ne) {
+		if err == nil || errors.Is(err, websocket.ErrCloseSent) || errors.Is(err, errRestTimeout) || errors.As(err, &ne) {
 			return nil
 		}
 		return err

@@ -78,7 +78,8 @@ func idle(args []string) error {
 		RSSKiB: per(before.RSS, after.RSS), RSSSettledKiB: per(before.RSS, settled.RSS),
 		HeapKiB: per(before.HeapAlloc, after.HeapAlloc), StackKiB: per(before.StackInuse, after.StackInuse),
 		StackSettledKiB: per(before.StackInuse, settled.StackInuse),
-		GoroutinesPer:   float64(after.Goroutines-before.Goroutines) / float64(*n)}
+		GoroutinesPer:   float64(after.Goroutines-before.Goroutines) / float64(*n),
+		RSSBefore:       before.RSS, RSSAfter: after.RSS, RSSSettled: settled.RSS}
 	var b strings.Builder
 	fmt.Fprintf(&b, "tideload idle (%s; %s)\n", res.Env, res.Env.Flags)
 	fmt.Fprintf(&b, "connections: %d subscribed idle (over %d scopes), server engine: %d connections, %d subscriptions\n",
@@ -160,6 +161,9 @@ type idleResult struct {
 	StackKiB        float64 `json:"stack_kib_per_conn"`
 	StackSettledKiB float64 `json:"stack_settled_kib_per_conn"`
 	GoroutinesPer   float64 `json:"goroutines_per_conn"`
+	RSSBefore       uint64  `json:"rss_before"`
+	RSSAfter        uint64  `json:"rss_after"`
+	RSSSettled      uint64  `json:"rss_settled"`
 
 	Centrifugo *idleCFResult `json:"centrifugo,omitempty"`
 }
