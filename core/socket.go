@@ -251,7 +251,7 @@ func (c *conn) writeItems(items []outItem, ping bool) error {
 func (c *conn) writeFrames(f *frames, items []outItem) error {
 	deadline := time.Now().Add(c.e.cfg.WriteTimeout)
 	if f.direct {
-		_ = c.out.direct.nc.SetWriteDeadline(deadline)
+		_ = c.ws.NetConn().SetWriteDeadline(deadline)
 	} else {
 		_ = c.ws.SetWriteDeadline(deadline)
 	}

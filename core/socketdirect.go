@@ -32,12 +32,17 @@ import (
 // and wait for that rest first (writeControl).
 type directSocket struct {
 	rc  syscall.RawConn // nil: not a direct socket
-	nc  net.Conn
-	wmu sync.Mutex // see above
-	// rest is the unwritten end of a non-blocking write; restDone is
-	// closed once a writer has sent it. Guarded by the connection's mu.
-	rest     []byte
-	restDone chan struct{}
+	wmu sync.Mutex      // see above
+	// rest is the unwritten end of a non-blocking write, until a writer
+	// has sent it. Guarded by the connection's mu.
+	rest *unwritten
+}
+
+// unwritten is what a non-blocking write left; done is closed once it is
+// sent.
+type unwritten struct {
+	b    []byte
+	done chan struct{}
 }
 
 // initDirect makes c's socket direct if it is a gorilla connection whose
@@ -58,7 +63,7 @@ func (c *conn) initDirect() {
 	if err != nil {
 		return
 	}
-	c.out.direct.rc, c.out.direct.nc = rc, wc.NetConn()
+	c.out.direct.rc = rc
 	wc.SetPingHandler(func(data string) error { // gorilla's default, through writeControl
 		err := c.writeControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
 		var ne net.Error
@@ -87,7 +92,10 @@ func (c *conn) writeControl(messageType int, data []byte, deadline time.Time) er
 	for {
 		d.wmu.Lock()
 		c.mu.Lock()
-		done := d.restDone
+		var done chan struct{}
+		if d.rest != nil {
+			done = d.rest.done
+		}
 		c.mu.Unlock()
 		if done == nil {
 			err := c.ws.WriteControl(messageType, data, deadline)
@@ -116,12 +124,12 @@ func (c *conn) finishRest() bool {
 	if rest == nil {
 		return true
 	}
-	_ = d.nc.SetWriteDeadline(time.Now().Add(c.e.cfg.WriteTimeout))
-	_, err := d.nc.Write(rest)
+	nc := c.ws.NetConn()
+	_ = nc.SetWriteDeadline(time.Now().Add(c.e.cfg.WriteTimeout))
+	_, err := nc.Write(rest.b)
 	c.mu.Lock()
 	d.rest = nil
-	close(d.restDone)
-	d.restDone = nil
+	close(rest.done)
 	if err != nil {
 		c.out.writing = false
 	}
@@ -192,7 +200,7 @@ func (f *frames) flush() error {
 	if !f.direct || len(f.buf) == 0 {
 		return nil
 	}
-	_, err := f.c.out.direct.nc.Write(f.buf)
+	_, err := f.c.ws.NetConn().Write(f.buf)
 	f.buf = f.buf[:0]
 	return err
 }
@@ -274,7 +282,7 @@ func (c *conn) flushDirect(buf *[]byte) {
 			// frame) has passed; no such write is running now (this
 			// connection is not writing and wmu is held), and a
 			// non-blocking write needs none.
-			_ = d.nc.SetWriteDeadline(time.Time{})
+			_ = c.ws.NetConn().SetWriteDeadline(time.Time{})
 			wrote, err = writeNonBlocking(d.rc, f.buf)
 		}
 	}
@@ -282,8 +290,7 @@ func (c *conn) flushDirect(buf *[]byte) {
 	c.mu.Lock()
 	c.out.writing = false
 	if err == nil && wrote < len(f.buf) {
-		d.rest = append([]byte(nil), f.buf[wrote:]...)
-		d.restDone = make(chan struct{})
+		d.rest = &unwritten{b: append([]byte(nil), f.buf[wrote:]...), done: make(chan struct{})}
 	}
 	if err == nil && (d.rest != nil || len(c.out.items) > 0 || c.out.pingDue || c.out.resyncDue) {
 		c.kickLocked()

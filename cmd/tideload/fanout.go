@@ -96,10 +96,14 @@ func fanout(args []string) error {
 		}
 		if *cfBin != "" {
 			cf, err := fanoutCentrifugo(ctx, *cfBin, run)
-			if err != nil {
+			switch {
+			case err != nil && ctx.Err() != nil:
 				return fmt.Errorf("centrifugo: %w", err)
+			case err != nil: // a failed peer round is a result (it drops clients it cannot keep up with)
+				res.CentrifugoErrors = append(res.CentrifugoErrors, fmt.Sprintf("round %d: %v", round+1, err))
+			default:
+				rd.Centrifugo, rd.CFRatio = &cf, ratio(tide.Deliveries, cf.Deliveries)
 			}
-			rd.Centrifugo, rd.CFRatio = &cf, ratio(tide.Deliveries, cf.Deliveries)
 		}
 		res.Rounds = append(res.Rounds, rd)
 	}
@@ -162,7 +166,9 @@ type fanoutResult struct {
 	// Centrifugo is the peer's figures in the median round.
 	Centrifugo *fanoutFigures `json:"centrifugo,omitempty"`
 	CFRatio    float64        `json:"tide_over_centrifugo,omitempty"`
-	Rounds     []fanoutRound  `json:"rounds"`
+	// CentrifugoErrors are the peer's failed rounds.
+	CentrifugoErrors []string      `json:"centrifugo_errors,omitempty"`
+	Rounds           []fanoutRound `json:"rounds"`
 }
 
 type fanoutRound struct {
@@ -209,6 +215,9 @@ func (r fanoutResult) text() string {
 	if r.Centrifugo != nil {
 		row("centrifugo", *r.Centrifugo)
 		fmt.Fprintf(&b, "  tide/centrifugo: %.2f (Centrifugo v6: HTTP API batch publish, memory engine, no policy or filter)\n", r.CFRatio)
+	}
+	for _, e := range r.CentrifugoErrors {
+		fmt.Fprintf(&b, "  centrifugo failed %s\n", e)
 	}
 	t := r.Tide
 	fmt.Fprintf(&b, "  tide run: %s rows written (%.1f writes/s), %s of %s deliveries received after the drain, %d live entries dropped (resynced), %d replay queries, server RSS %.1f MiB, %d GCs\n",

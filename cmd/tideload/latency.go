@@ -96,7 +96,14 @@ func latency(args []string) error {
 		if *cfBin != "" {
 			cf, err := latencyCentrifugo(ctx, *cfBin, o)
 			if err != nil {
-				return fmt.Errorf("centrifugo: %w", err)
+				if ctx.Err() != nil {
+					return fmt.Errorf("centrifugo: %w", err)
+				}
+				// The peer failing a round (it disconnects clients it
+				// cannot write to in time) is a result, not the end of
+				// the run.
+				out.CentrifugoErrors = append(out.CentrifugoErrors, fmt.Sprintf("round %d: %v", r+1, err))
+				continue
 			}
 			cf.Env = out.Env
 			cf.Round = r + 1
@@ -135,6 +142,8 @@ type latencyReport struct {
 	Env        env             `json:"env"`
 	Tide       []latencyResult `json:"tide"`
 	Centrifugo []latencyResult `json:"centrifugo,omitempty"`
+	// CentrifugoErrors are the peer's failed rounds.
+	CentrifugoErrors []string `json:"centrifugo_errors,omitempty"`
 }
 
 func (r latencyReport) text(peer bool) string {
@@ -164,6 +173,9 @@ func (r latencyReport) text(peer bool) string {
 	}
 	if !peer {
 		b.WriteString("  " + centrifugoNote + "\n")
+	}
+	for _, e := range r.CentrifugoErrors {
+		fmt.Fprintf(&b, "  centrifugo failed %s\n", e)
 	}
 	fmt.Fprintf(&b, "same run, side by side, ms: commit (tide) or publish call (centrifugo) returned → client; sent → client (the write or publish call started)\n")
 	fmt.Fprintf(&b, "  %-7s %-11s %8s %8s %8s %8s %10s %10s   %s\n", "round", "server", "p50", "p90", "p99", "max", "sent p50", "sent p99", "server CPU, load CPU, other CPU (s)")

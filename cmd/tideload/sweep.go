@@ -101,9 +101,31 @@ func intList(s string) ([]int, error) {
 // into v. A mode that reports an error after printing its result (missing
 // deliveries, say) still yields the result, with the error.
 func runPoint(ctx context.Context, v any, mode string, args ...string) error {
+	// A point that yields nothing (Postgres refusing connections on a
+	// shared server, say) is tried twice more, 15 s apart.
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			select {
+			case <-time.After(15 * time.Second):
+			case <-ctx.Done():
+				return err
+			}
+		}
+		var out bool
+		if out, err = runPointOnce(ctx, v, mode, args...); out {
+			return err
+		}
+	}
+	return err
+}
+
+// runPointOnce is one attempt of runPoint; it reports whether the mode
+// printed a result.
+func runPointOnce(ctx context.Context, v any, mode string, args ...string) (bool, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return err
+		return false, err
 	}
 	args = append([]string{mode, "-json"}, args...)
 	fmt.Fprintf(os.Stderr, "sweep: %s tideload %s\n", time.Now().UTC().Format("15:04:05"), strings.Join(args, " "))
@@ -116,15 +138,15 @@ func runPoint(ctx context.Context, v any, mode string, args ...string) error {
 		if runErr == nil {
 			runErr = errors.New("no output")
 		}
-		return fmt.Errorf("tideload %s: %w", strings.Join(args, " "), runErr)
+		return false, fmt.Errorf("tideload %s: %w", strings.Join(args, " "), runErr)
 	}
 	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
-		return fmt.Errorf("tideload %s: %v", strings.Join(args, " "), err)
+		return false, fmt.Errorf("tideload %s: %v", strings.Join(args, " "), err)
 	}
 	if runErr != nil {
-		return fmt.Errorf("tideload %s: %w", strings.Join(args, " "), runErr)
+		return true, fmt.Errorf("tideload %s: %w", strings.Join(args, " "), runErr)
 	}
-	return nil
+	return true, nil
 }
 
 // curve is a sweep's result: the CSV's rows and the chart's series.
@@ -171,7 +193,7 @@ func sweepLatency(ctx context.Context, sizes []int, rate float64, d time.Duratio
 	c := curve{title: fmt.Sprintf("Commit-to-client latency, %.0f writes/s, by subscribers", rate), xLabel: "subscribers (one scope / channel)",
 		yLabel: "latency, ms (write returned → client)", logX: true, logY: true,
 		subtitle: fmt.Sprintf("tideload latency -rate %.0f -duration %s -feed both per point", rate, d),
-		header:   []string{"subscribers", "server", "feed", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sent_p50_ms", "sent_p99_ms", "writes_per_s", "deliveries", "missing", "server_cpu_s", "load_cpu_s", "other_cpu_s"}}
+		header:   []string{"subscribers", "server", "feed", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sent_p50_ms", "sent_p99_ms", "writes_per_s", "deliveries", "missing", "server_cpu_s", "load_cpu_s", "other_cpu_s", "note"}}
 	pg50 := &series{name: "tide (Postgres) p50", color: colTide}
 	pg99 := &series{name: "tide (Postgres) p99", color: colTide, dash: true}
 	m50 := &series{name: "tide (in-memory feed) p50", color: colTideMem}
@@ -195,7 +217,7 @@ func sweepLatency(ctx context.Context, sizes []int, rate float64, d time.Duratio
 		for _, x := range all {
 			c.rows = append(c.rows, []string{strconv.Itoa(n), x.Server, x.Feed, f2(x.Latency.P50), f2(x.Latency.P90), f2(x.Latency.P99), f2(x.Latency.Max),
 				f2(x.FromSend.P50), f2(x.FromSend.P99), f2(x.CommitsPerS), strconv.Itoa(x.Latency.N), strconv.FormatInt(x.Missing, 10),
-				f2(x.Usage.ServerCPU), f2(x.Usage.LoadCPU), f2(x.Usage.OtherCPU)})
+				f2(x.Usage.ServerCPU), f2(x.Usage.LoadCPU), f2(x.Usage.OtherCPU), ""})
 			p50, p99 := pg50, pg99
 			switch {
 			case x.Server == "centrifugo":
@@ -205,6 +227,11 @@ func sweepLatency(ctx context.Context, sizes []int, rate float64, d time.Duratio
 			}
 			c.add(p50, float64(n), x.Latency.P50)
 			c.add(p99, float64(n), x.Latency.P99)
+		}
+		for _, e := range r.CentrifugoErrors {
+			row := make([]string, len(c.header))
+			row[0], row[1], row[len(row)-1] = strconv.Itoa(n), "centrifugo", "failed: "+e
+			c.rows = append(c.rows, row)
 		}
 	}
 	c.series = []series{*pg50, *pg99, *m50, *m99, *cf50, *cf99}
@@ -283,7 +310,7 @@ func sweepReplay(ctx context.Context, sizes []int, peer []string) (curve, error)
 func sweepFanout(ctx context.Context, sizes, scopes []int, d time.Duration, peer []string) (curve, error) {
 	c := curve{title: "Fan-out throughput, writes of 100 rows as fast as clients take them", xLabel: "subscribers", yLabel: "deliveries/s, millions",
 		logX: true, subtitle: fmt.Sprintf("tideload fanout -n N -scopes S -duration %s per point; tide with RequireClaim + row filter", d),
-		header: []string{"subscribers", "scopes", "server", "deliveries_per_s", "entries_per_frame", "server_cpu_s_per_m", "load_cpu_s_per_m", "other_cpu_s"}}
+		header: []string{"subscribers", "scopes", "server", "deliveries_per_s", "entries_per_frame", "server_cpu_s_per_m", "load_cpu_s_per_m", "other_cpu_s", "note"}}
 	var ss []series
 	var firstErr error
 	for si, sc := range scopes {
@@ -310,7 +337,7 @@ func sweepFanout(ctx context.Context, sizes, scopes []int, d time.Duration, peer
 			}
 			row := func(name string, f fanoutFigures, s *series) {
 				c.rows = append(c.rows, []string{strconv.Itoa(n), strconv.Itoa(sc), name, strconv.FormatFloat(f.Deliveries, 'f', 0, 64), f2(f.EntriesFrame),
-					strconv.FormatFloat(f.ServerCPUPerM, 'f', 3, 64), strconv.FormatFloat(f.LoadCPUPerM, 'f', 3, 64), f2(f.Usage.OtherCPU)})
+					strconv.FormatFloat(f.ServerCPUPerM, 'f', 3, 64), strconv.FormatFloat(f.LoadCPUPerM, 'f', 3, 64), f2(f.Usage.OtherCPU), ""})
 				c.add(s, float64(n), f.Deliveries/1e6)
 			}
 			row("tide", r.Tide, tide)
@@ -319,6 +346,9 @@ func sweepFanout(ctx context.Context, sizes, scopes []int, d time.Duration, peer
 			}
 			if r.Centrifugo != nil {
 				row("centrifugo", *r.Centrifugo, cf)
+			}
+			for _, e := range r.CentrifugoErrors {
+				c.rows = append(c.rows, []string{strconv.Itoa(n), strconv.Itoa(sc), "centrifugo", "", "", "", "", "", "failed: " + e})
 			}
 		}
 		ss = append(ss, *tide, *cf)
