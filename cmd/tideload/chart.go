@@ -19,15 +19,16 @@ type series struct {
 }
 
 type chart struct {
-	title, subtitle string
-	xLabel, yLabel  string
-	logX, logY      bool
-	series          []series
+	title          string
+	subtitle       []string // lines under the title
+	xLabel, yLabel string
+	logX, logY     bool
+	series         []series
 }
 
 const (
 	chartW, chartH               = 760, 440
-	padL, padR, padT, padB       = 78, 24, 58, 118
+	padL, padR, padT, padB       = 78, 24, 68, 118
 	plotW, plotH                 = chartW - padL - padR, chartH - padT - padB
 	legendRowH, legendCols       = 17, 2
 	markerR                      = 3.2
@@ -144,7 +145,9 @@ func chartSVG(c chart) string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="%s" font-size="12">`+"\n", chartW, chartH, chartW, chartH, fontFamily)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold" fill="%s">%s</text>`+"\n", padL, txtCol, esc(c.title))
-	fmt.Fprintf(&b, `<text x="%d" y="40" font-size="11" fill="#555555">%s</text>`+"\n", padL, esc(c.subtitle))
+	for i, line := range c.subtitle {
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="11" fill="#555555">%s</text>`+"\n", padL, 38+13*i, esc(line))
+	}
 	// grid and ticks
 	for _, t := range ax.ticks() {
 		x := ax.px(t)

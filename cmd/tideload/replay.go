@@ -91,7 +91,13 @@ func replay(args []string) error {
 	for still < 3 {
 		st, err := srv.stats(ctx, false)
 		if err != nil {
-			return err
+			// The feed's head may not answer while a large backlog is
+			// being sequenced; the wait is bounded by -timeout.
+			if ctx.Err() != nil {
+				return err
+			}
+			still = 0
+			continue
 		}
 		if st.Engine.TailBatches == last && last > st0.Engine.TailBatches {
 			still++

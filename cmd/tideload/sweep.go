@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,7 @@ func sweep(args []string) error {
 	scopes := fs.String("scopes", "1,100", "fanout: comma-separated scope counts")
 	duration := fs.Duration("duration", 5*time.Second, "latency: writes per point; fanout: window per point")
 	rate := fs.Float64("rate", 100, "latency: commits per second")
+	replot := fs.Bool("replot", false, "measure nothing: draw the SVG again from the CSV in -out")
 	_ = fs.Parse(args)
 	defaults := map[string]string{"latency": "100,300,1000,3000,10000", "idle": "1000,5000,10000,19000", "replay": "10000,100000,1000000", "fanout": "1000,10000"}
 	def, ok := defaults[*what]
@@ -62,26 +64,37 @@ func sweep(args []string) error {
 	if *cfBin != "" {
 		peer = []string{"-centrifugo", *cfBin}
 	}
+	base := filepath.Join(*out, *what)
+	if *replot {
+		c, err := readCurve(*what, base+".csv")
+		if err != nil {
+			return err
+		}
+		return c.writeSVG(base)
+	}
 	e := newEnv(fs)
-	var c curve
+	c := newCurve(*what, *rate, *duration)
 	switch *what {
 	case "latency":
-		c, err = sweepLatency(ctx, sizes, *rate, *duration, peer)
+		err = sweepLatency(ctx, &c, sizes, *rate, *duration, peer)
 	case "idle":
-		c, err = sweepIdle(ctx, sizes, peer)
+		err = sweepIdle(ctx, &c, sizes, peer)
 	case "replay":
-		c, err = sweepReplay(ctx, sizes, peer)
+		err = sweepReplay(ctx, &c, sizes, peer)
 	case "fanout":
-		c, err = sweepFanout(ctx, sizes, scopeList, *duration, peer)
+		err = sweepFanout(ctx, &c, sizes, scopeList, *duration, peer)
 	}
 	if err != nil && len(c.rows) == 0 {
 		return err
 	}
-	c.subtitle = fmt.Sprintf("%s; %s", e, c.subtitle)
-	if werr := c.write(filepath.Join(*out, *what)); werr != nil {
+	c.measured = e.String()
+	for i := range c.rows {
+		c.rows[i] = append(c.rows[i], c.measured)
+	}
+	if werr := c.write(base); werr != nil {
 		return werr
 	}
-	fmt.Printf("wrote %s.csv and %s.svg (%d rows)\n", filepath.Join(*out, *what), filepath.Join(*out, *what), len(c.rows))
+	fmt.Printf("wrote %s.csv and %s.svg (%d rows)\n", base, base, len(c.rows))
 	return err
 }
 
@@ -149,20 +162,146 @@ func runPointOnce(ctx context.Context, v any, mode string, args ...string) (bool
 	return true, nil
 }
 
-// curve is a sweep's result: the CSV's rows and the chart's series.
+// curve is a sweep's result: the CSV's rows (the record), and how the
+// chart draws them.
 type curve struct {
-	title, subtitle string
-	xLabel, yLabel  string
-	logX, logY      bool
-	header          []string
-	rows            [][]string
-	series          []series
+	title, command string
+	measured       string // the environment line of the run
+	xLabel, yLabel string
+	logX, logY     bool
+	header         []string
+	rows           [][]string
+	specs          func(rows [][]string) []seriesSpec
 }
 
-func (c *curve) add(s *series, x, y float64) {
-	if y > 0 {
-		s.pts = append(s.pts, [2]float64{x, y})
+// seriesSpec draws the rows whose columns equal where as one line: x and y
+// are column names, y is multiplied by scale.
+type seriesSpec struct {
+	name, color string
+	dash        bool
+	where       map[string]string
+	x, y        string
+	scale       float64
+}
+
+// newCurve is a mode's CSV columns and chart; the last column of every row
+// is the run's environment.
+func newCurve(what string, rate float64, d time.Duration) curve {
+	var c curve
+	switch what {
+	case "latency":
+		c.title = fmt.Sprintf("Commit-to-client latency, %.0f writes/s, by subscribers", rate)
+		c.command = fmt.Sprintf("tideload latency -rate %.0f -duration %s -feed both -centrifugo BIN per point", rate, d)
+		c.xLabel, c.yLabel, c.logX, c.logY = "subscribers (one scope / channel)", "latency, ms (write returned → client)", true, true
+		c.header = []string{"subscribers", "server", "feed", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sent_p50_ms", "sent_p99_ms", "writes_per_s", "deliveries", "missing", "server_cpu_s", "load_cpu_s", "other_cpu_s", "note"}
+		c.specs = func([][]string) []seriesSpec {
+			var ss []seriesSpec
+			for _, x := range []struct{ name, server, feed, color string }{
+				{"tide (Postgres)", "tide", "pg", colTide}, {"tide (in-memory feed)", "tide", "mem", colTideMem}, {"Centrifugo", "centrifugo", "", colCF}} {
+				for _, q := range []string{"p50", "p99"} {
+					ss = append(ss, seriesSpec{name: x.name + " " + q, color: x.color, dash: q == "p99",
+						where: map[string]string{"server": x.server, "feed": x.feed}, x: "subscribers", y: q + "_ms", scale: 1})
+				}
+			}
+			return ss
+		}
+	case "idle":
+		c.title = "Server memory (RSS) with idle subscribed connections"
+		c.command = "tideload idle -n N -centrifugo BIN per point (100 scopes / channels)"
+		c.xLabel, c.yLabel = "idle subscribed connections", "server RSS, MiB"
+		c.header = []string{"connections", "server", "rss_before_mib", "rss_mib", "kib_per_conn", "rss_settled_mib", "settled_kib_per_conn"}
+		c.specs = func([][]string) []seriesSpec {
+			return []seriesSpec{
+				{name: "tide, after the connections open", color: colTide, dash: true, where: map[string]string{"server": "tide"}, x: "connections", y: "rss_mib", scale: 1},
+				{name: "tide, settled (after GC)", color: colTide, where: map[string]string{"server": "tide"}, x: "connections", y: "rss_settled_mib", scale: 1},
+				{name: "Centrifugo (3 s later)", color: colCF, where: map[string]string{"server": "centrifugo"}, x: "connections", y: "rss_settled_mib", scale: 1},
+			}
+		}
+	case "replay":
+		c.title = "Catch-up of a backlog by one client"
+		c.command = "tideload replay -rows N -runs 1 -centrifugo BIN per point"
+		c.xLabel, c.yLabel, c.logX, c.logY = "backlog, rows", "time to catch up, s", true, true
+		c.header = []string{"rows", "path", "rows_per_s", "seconds"}
+		c.specs = func([][]string) []seriesSpec {
+			var ss []seriesSpec
+			for _, x := range []struct {
+				name, path, color string
+				dash              bool
+			}{{"tide replay over WebSocket", "tide", colTide, false}, {"pgx SELECT of the table", "select_table", colBaseline, false},
+				{"pgx SELECT of the change log", "select_changelog", colLog, true}, {"Centrifugo history recovery", "centrifugo", colCF, false}} {
+				ss = append(ss, seriesSpec{name: x.name, color: x.color, dash: x.dash, where: map[string]string{"path": x.path}, x: "rows", y: "seconds", scale: 1})
+			}
+			return ss
+		}
+	case "fanout":
+		c.title = "Fan-out throughput: writes of 100 rows, as fast as the clients take them"
+		c.command = fmt.Sprintf("tideload fanout -n N -scopes S -duration %s -centrifugo BIN per point; tide: RequireClaim + row filter", d)
+		c.xLabel, c.yLabel, c.logX, c.logY = "subscribers", "deliveries/s, millions", true, true
+		c.header = []string{"subscribers", "scopes", "server", "deliveries_per_s", "entries_per_frame", "server_cpu_s_per_m", "load_cpu_s_per_m", "other_cpu_s", "note"}
+		c.specs = func(rows [][]string) []seriesSpec {
+			var scopes []string
+			for _, r := range rows {
+				if len(r) > 1 && !slices.Contains(scopes, r[1]) {
+					scopes = append(scopes, r[1])
+				}
+			}
+			var ss []seriesSpec
+			for i, sc := range scopes {
+				for _, x := range []struct{ name, server, color string }{{"tide", "tide", colTide}, {"Centrifugo", "centrifugo", colCF}, {"bare gorilla broadcast", "gorilla", colBaseline}} {
+					ss = append(ss, seriesSpec{name: fmt.Sprintf("%s, %s scope(s)", x.name, sc), color: x.color, dash: i > 0,
+						where: map[string]string{"server": x.server, "scopes": sc}, x: "subscribers", y: "deliveries_per_s", scale: 1e-6})
+				}
+			}
+			return ss
+		}
 	}
+	c.header = append(c.header, "measured")
+	return c
+}
+
+// readCurve reads a sweep's CSV back.
+func readCurve(what, file string) (curve, error) {
+	c := newCurve(what, 100, 5*time.Second)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return c, err
+	}
+	recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if err != nil || len(recs) < 1 {
+		return c, fmt.Errorf("%s: %v", file, err)
+	}
+	c.header, c.rows = recs[0], recs[1:]
+	if len(c.rows) > 0 {
+		c.measured = c.rows[0][len(c.rows[0])-1]
+	}
+	return c, nil
+}
+
+// series draws the rows as the chart's lines.
+func (c *curve) series() []series {
+	col := map[string]int{}
+	for i, h := range c.header {
+		col[h] = i
+	}
+	var out []series
+	for _, sp := range c.specs(c.rows) {
+		s := series{name: sp.name, color: sp.color, dash: sp.dash}
+	rows:
+		for _, r := range c.rows {
+			for k, v := range sp.where {
+				if i, ok := col[k]; !ok || i >= len(r) || r[i] != v {
+					continue rows
+				}
+			}
+			x, errX := strconv.ParseFloat(r[col[sp.x]], 64)
+			y, errY := strconv.ParseFloat(r[col[sp.y]], 64)
+			if errX == nil && errY == nil && y > 0 {
+				s.pts = append(s.pts, [2]float64{x, y * sp.scale})
+			}
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func (c *curve) write(base string) error {
@@ -173,7 +312,12 @@ func (c *curve) write(base string) error {
 	if err := os.WriteFile(base+".csv", b.Bytes(), 0o644); err != nil {
 		return err
 	}
-	svg := chartSVG(chart{title: c.title, subtitle: c.subtitle, xLabel: c.xLabel, yLabel: c.yLabel, logX: c.logX, logY: c.logY, series: c.series})
+	return c.writeSVG(base)
+}
+
+func (c *curve) writeSVG(base string) error {
+	svg := chartSVG(chart{title: c.title, subtitle: []string{c.command, c.measured}, xLabel: c.xLabel, yLabel: c.yLabel,
+		logX: c.logX, logY: c.logY, series: c.series()})
 	return os.WriteFile(base+".svg", []byte(svg), 0o644)
 }
 
@@ -189,17 +333,7 @@ const (
 	colLog      = "#aaaaaa"
 )
 
-func sweepLatency(ctx context.Context, sizes []int, rate float64, d time.Duration, peer []string) (curve, error) {
-	c := curve{title: fmt.Sprintf("Commit-to-client latency, %.0f writes/s, by subscribers", rate), xLabel: "subscribers (one scope / channel)",
-		yLabel: "latency, ms (write returned → client)", logX: true, logY: true,
-		subtitle: fmt.Sprintf("tideload latency -rate %.0f -duration %s -feed both per point", rate, d),
-		header:   []string{"subscribers", "server", "feed", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sent_p50_ms", "sent_p99_ms", "writes_per_s", "deliveries", "missing", "server_cpu_s", "load_cpu_s", "other_cpu_s", "note"}}
-	pg50 := &series{name: "tide (Postgres) p50", color: colTide}
-	pg99 := &series{name: "tide (Postgres) p99", color: colTide, dash: true}
-	m50 := &series{name: "tide (in-memory feed) p50", color: colTideMem}
-	m99 := &series{name: "tide (in-memory feed) p99", color: colTideMem, dash: true}
-	cf50 := &series{name: "Centrifugo p50", color: colCF}
-	cf99 := &series{name: "Centrifugo p99", color: colCF, dash: true}
+func sweepLatency(ctx context.Context, c *curve, sizes []int, rate float64, d time.Duration, peer []string) error {
 	var firstErr error
 	for _, n := range sizes {
 		var r latencyReport
@@ -218,33 +352,17 @@ func sweepLatency(ctx context.Context, sizes []int, rate float64, d time.Duratio
 			c.rows = append(c.rows, []string{strconv.Itoa(n), x.Server, x.Feed, f2(x.Latency.P50), f2(x.Latency.P90), f2(x.Latency.P99), f2(x.Latency.Max),
 				f2(x.FromSend.P50), f2(x.FromSend.P99), f2(x.CommitsPerS), strconv.Itoa(x.Latency.N), strconv.FormatInt(x.Missing, 10),
 				f2(x.Usage.ServerCPU), f2(x.Usage.LoadCPU), f2(x.Usage.OtherCPU), ""})
-			p50, p99 := pg50, pg99
-			switch {
-			case x.Server == "centrifugo":
-				p50, p99 = cf50, cf99
-			case x.Feed == "mem":
-				p50, p99 = m50, m99
-			}
-			c.add(p50, float64(n), x.Latency.P50)
-			c.add(p99, float64(n), x.Latency.P99)
 		}
 		for _, e := range r.CentrifugoErrors {
-			row := make([]string, len(c.header))
+			row := make([]string, len(c.header)-1) // the environment is appended last
 			row[0], row[1], row[len(row)-1] = strconv.Itoa(n), "centrifugo", "failed: "+e
 			c.rows = append(c.rows, row)
 		}
 	}
-	c.series = []series{*pg50, *pg99, *m50, *m99, *cf50, *cf99}
-	return c, firstErr
+	return firstErr
 }
 
-func sweepIdle(ctx context.Context, sizes []int, peer []string) (curve, error) {
-	c := curve{title: "Server memory (RSS) with idle subscribed connections", xLabel: "idle subscribed connections (100 scopes / channels)",
-		yLabel: "server RSS, MiB", subtitle: "tideload idle -n N per point",
-		header: []string{"connections", "server", "rss_before_mib", "rss_mib", "kib_per_conn", "rss_settled_mib", "settled_kib_per_conn"}}
-	tide := &series{name: "tide, after the connections open", color: colTide, dash: true}
-	settled := &series{name: "tide, settled (after GC)", color: colTide}
-	cf := &series{name: "Centrifugo", color: colCF}
+func sweepIdle(ctx context.Context, c *curve, sizes []int, peer []string) error {
 	var firstErr error
 	for _, n := range sizes {
 		var r idleResult
@@ -258,26 +376,15 @@ func sweepIdle(ctx context.Context, sizes []int, peer []string) (curve, error) {
 			}
 		}
 		c.rows = append(c.rows, []string{strconv.Itoa(n), "tide", f2(mib(r.RSSBefore)), f2(mib(r.RSSAfter)), f2(r.RSSKiB), f2(mib(r.RSSSettled)), f2(r.RSSSettledKiB)})
-		c.add(tide, float64(n), mib(r.RSSAfter))
-		c.add(settled, float64(n), mib(r.RSSSettled))
 		if r.Centrifugo != nil {
 			x := r.Centrifugo
 			c.rows = append(c.rows, []string{strconv.Itoa(n), "centrifugo", f2(mib(x.Before)), f2(mib(x.After)), f2(x.RSSKiB), f2(mib(x.Later)), f2(x.RSSLaterKiB)})
-			c.add(cf, float64(n), mib(x.Later))
 		}
 	}
-	c.series = []series{*tide, *settled, *cf}
-	return c, firstErr
+	return firstErr
 }
 
-func sweepReplay(ctx context.Context, sizes []int, peer []string) (curve, error) {
-	c := curve{title: "Catch-up of a backlog by one client", xLabel: "backlog, rows", yLabel: "time to catch up, s", logX: true, logY: true,
-		subtitle: "tideload replay -rows N -runs 1 per point",
-		header:   []string{"rows", "path", "rows_per_s", "seconds"}}
-	tide := &series{name: "tide replay over WebSocket", color: colTide}
-	sel := &series{name: "pgx SELECT of the table", color: colBaseline}
-	logSel := &series{name: "pgx SELECT of the change log", color: colLog, dash: true}
-	cf := &series{name: "Centrifugo history recovery", color: colCF}
+func sweepReplay(ctx context.Context, c *curve, sizes []int, peer []string) error {
 	var firstErr error
 	for _, n := range sizes {
 		var r replayResult
@@ -293,30 +400,20 @@ func sweepReplay(ctx context.Context, sizes []int, peer []string) (curve, error)
 		for _, p := range []struct {
 			name string
 			rate float64
-			s    *series
-		}{{"tide", r.TideMedian, tide}, {"select_table", r.SelectMedian, sel}, {"select_changelog", r.SelectLogMedian, logSel}, {"centrifugo", r.CentrifugoMedian, cf}} {
+		}{{"tide", r.TideMedian}, {"select_table", r.SelectMedian}, {"select_changelog", r.SelectLogMedian}, {"centrifugo", r.CentrifugoMedian}} {
 			if p.rate <= 0 {
 				continue
 			}
 			secs := float64(n) / p.rate
 			c.rows = append(c.rows, []string{strconv.Itoa(n), p.name, f2(p.rate), strconv.FormatFloat(secs, 'f', 4, 64)})
-			c.add(p.s, float64(n), secs)
 		}
 	}
-	c.series = []series{*tide, *sel, *logSel, *cf}
-	return c, firstErr
+	return firstErr
 }
 
-func sweepFanout(ctx context.Context, sizes, scopes []int, d time.Duration, peer []string) (curve, error) {
-	c := curve{title: "Fan-out throughput, writes of 100 rows as fast as clients take them", xLabel: "subscribers", yLabel: "deliveries/s, millions",
-		logX: true, subtitle: fmt.Sprintf("tideload fanout -n N -scopes S -duration %s per point; tide with RequireClaim + row filter", d),
-		header: []string{"subscribers", "scopes", "server", "deliveries_per_s", "entries_per_frame", "server_cpu_s_per_m", "load_cpu_s_per_m", "other_cpu_s", "note"}}
-	var ss []series
+func sweepFanout(ctx context.Context, c *curve, sizes, scopes []int, d time.Duration, peer []string) error {
 	var firstErr error
-	for si, sc := range scopes {
-		tide := &series{name: fmt.Sprintf("tide, %d scope(s)", sc), color: colTide, dash: si > 0}
-		base := &series{name: fmt.Sprintf("bare gorilla broadcast, %d scope(s)", sc), color: colBaseline, dash: si > 0}
-		cf := &series{name: fmt.Sprintf("Centrifugo, %d channel(s)", sc), color: colCF, dash: si > 0}
+	for _, sc := range scopes {
 		for _, n := range sizes {
 			if sc > n {
 				continue
@@ -335,27 +432,21 @@ func sweepFanout(ctx context.Context, sizes, scopes []int, d time.Duration, peer
 					continue
 				}
 			}
-			row := func(name string, f fanoutFigures, s *series) {
+			row := func(name string, f fanoutFigures) {
 				c.rows = append(c.rows, []string{strconv.Itoa(n), strconv.Itoa(sc), name, strconv.FormatFloat(f.Deliveries, 'f', 0, 64), f2(f.EntriesFrame),
 					strconv.FormatFloat(f.ServerCPUPerM, 'f', 3, 64), strconv.FormatFloat(f.LoadCPUPerM, 'f', 3, 64), f2(f.Usage.OtherCPU), ""})
-				c.add(s, float64(n), f.Deliveries/1e6)
 			}
-			row("tide", r.Tide, tide)
+			row("tide", r.Tide)
 			if r.Baseline != nil {
-				row("gorilla", *r.Baseline, base)
+				row("gorilla", *r.Baseline)
 			}
 			if r.Centrifugo != nil {
-				row("centrifugo", *r.Centrifugo, cf)
+				row("centrifugo", *r.Centrifugo)
 			}
 			for _, e := range r.CentrifugoErrors {
 				c.rows = append(c.rows, []string{strconv.Itoa(n), strconv.Itoa(sc), "centrifugo", "", "", "", "", "", "failed: " + e})
 			}
 		}
-		ss = append(ss, *tide, *cf)
-		if len(base.pts) > 0 {
-			ss = append(ss, *base)
-		}
 	}
-	c.series = ss
-	return c, firstErr
+	return firstErr
 }
