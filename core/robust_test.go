@@ -28,14 +28,8 @@ func TestSlowConsumer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 16 MB")
 	}
-	// MaxDrops is high so the fast client, which may itself fall behind this
-	// in-process writer, is resynced rather than cut off.
-	s := newServer(t, core.Config{SendBuffer: 64 << 10, MaxDrops: 1 << 20, WriteTimeout: time.Minute})
+	s, slow, slowCursor := slowServer(t)
 	ctx := context.Background()
-	slow := s.dial(t, "u", "p7")
-	slow.hello()
-	slow.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
-	_, slowCursor := slow.collect("s")
 	fast := s.dial(t, "u", "p7")
 	fast.hello()
 	fast.send(`{"v":1,"type":"subscribe","id":"f","resource":"todos","conditions":{"project_id":"p7"}}`)
@@ -81,6 +75,20 @@ func TestSlowConsumer(t *testing.T) {
 	t.Logf("slow client converged; cut off on the way: %v", cutOff)
 }
 
+// slowServer is a server with a small send buffer and a client "u"
+// subscribed (as "s") to project p7 and caught up; it returns the client's
+// cursor. MaxDrops is high so a client falling behind the in-process
+// writer is resynced rather than cut off.
+func slowServer(t *testing.T) (*server, *wsClient, string) {
+	t.Helper()
+	s := newServer(t, core.Config{SendBuffer: 64 << 10, MaxDrops: 1 << 20, WriteTimeout: time.Minute})
+	slow := s.dial(t, "u", "p7")
+	slow.hello()
+	slow.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
+	_, cursor := slow.collect("s")
+	return s, slow, cursor
+}
+
 // TestPingsWhileStalled: a client that stops reading but keeps pinging
 // gets its pongs and frames as whole frames: the server's answers to its
 // pings never land inside a frame the server had only half written when
@@ -90,12 +98,8 @@ func TestPingsWhileStalled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 8 MB")
 	}
-	s := newServer(t, core.Config{SendBuffer: 64 << 10, MaxDrops: 1 << 20, WriteTimeout: time.Minute})
+	s, slow, cursor := slowServer(t)
 	ctx := context.Background()
-	slow := s.dial(t, "u", "p7")
-	slow.hello()
-	slow.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
-	_, cursor := slow.collect("s")
 	var pongs atomic.Int64
 	slow.ws.SetPongHandler(func(string) error { pongs.Add(1); return nil })
 	const n, size = 4000, 2000 // 8 MB: beyond loopback socket buffers

@@ -172,6 +172,15 @@ type curve struct {
 	header         []string
 	rows           [][]string
 	specs          func(rows [][]string) []seriesSpec
+	// alt, if set, is a second chart of the same rows, written to
+	// <base>-<alt.suffix>.svg.
+	alt *altChart
+}
+
+// altChart is a second view of a sweep's rows.
+type altChart struct {
+	suffix, title, yLabel string
+	specs                 func(rows [][]string) []seriesSpec
 }
 
 // seriesSpec draws the rows whose columns equal where as one line: x and y
@@ -194,17 +203,22 @@ func newCurve(what string, rate float64, d time.Duration) curve {
 		c.command = fmt.Sprintf("tideload latency -rate %.0f -duration %s -feed both -centrifugo BIN per point", rate, d)
 		c.xLabel, c.yLabel, c.logX, c.logY = "subscribers (one scope / channel)", "latency, ms (write returned → client)", true, true
 		c.header = []string{"subscribers", "server", "feed", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sent_p50_ms", "sent_p99_ms", "writes_per_s", "deliveries", "missing", "server_cpu_s", "load_cpu_s", "other_cpu_s", "note"}
-		c.specs = func([][]string) []seriesSpec {
-			var ss []seriesSpec
-			for _, x := range []struct{ name, server, feed, color string }{
-				{"tide (Postgres)", "tide", "pg", colTide}, {"tide (in-memory feed)", "tide", "mem", colTideMem}, {"Centrifugo", "centrifugo", "", colCF}} {
-				for _, q := range []string{"p50", "p99"} {
-					ss = append(ss, seriesSpec{name: x.name + " " + q, color: x.color, dash: q == "p99",
-						where: map[string]string{"server": x.server, "feed": x.feed}, x: "subscribers", y: q + "_ms", scale: 1})
+		quantiles := func(prefix string) func([][]string) []seriesSpec {
+			return func([][]string) []seriesSpec {
+				var ss []seriesSpec
+				for _, x := range []struct{ name, server, feed, color string }{
+					{"tide (Postgres)", "tide", "pg", colTide}, {"tide (in-memory feed)", "tide", "mem", colTideMem}, {"Centrifugo", "centrifugo", "", colCF}} {
+					for _, q := range []string{"p50", "p99"} {
+						ss = append(ss, seriesSpec{name: x.name + " " + q, color: x.color, dash: q == "p99",
+							where: map[string]string{"server": x.server, "feed": x.feed}, x: "subscribers", y: prefix + q + "_ms", scale: 1})
+					}
 				}
+				return ss
 			}
-			return ss
 		}
+		c.specs = quantiles("")
+		c.alt = &altChart{suffix: "sent", title: fmt.Sprintf("Write-sent-to-client latency, %.0f writes/s, by subscribers", rate),
+			yLabel: "latency, ms (write sent → client)", specs: quantiles("sent_")}
 	case "idle":
 		c.title = "Server memory (RSS) with idle subscribed connections"
 		c.command = "tideload idle -n N -centrifugo BIN per point (100 scopes / channels)"
@@ -278,13 +292,13 @@ func readCurve(what, file string) (curve, error) {
 }
 
 // series draws the rows as the chart's lines.
-func (c *curve) series() []series {
+func (c *curve) series(specs func(rows [][]string) []seriesSpec) []series {
 	col := map[string]int{}
 	for i, h := range c.header {
 		col[h] = i
 	}
 	var out []series
-	for _, sp := range c.specs(c.rows) {
+	for _, sp := range specs(c.rows) {
 		s := series{name: sp.name, color: sp.color, dash: sp.dash}
 	rows:
 		for _, r := range c.rows {
@@ -317,8 +331,16 @@ func (c *curve) write(base string) error {
 
 func (c *curve) writeSVG(base string) error {
 	svg := chartSVG(chart{title: c.title, subtitle: []string{c.command, c.measured}, xLabel: c.xLabel, yLabel: c.yLabel,
-		logX: c.logX, logY: c.logY, series: c.series()})
-	return os.WriteFile(base+".svg", []byte(svg), 0o644)
+		logX: c.logX, logY: c.logY, series: c.series(c.specs)})
+	if err := os.WriteFile(base+".svg", []byte(svg), 0o644); err != nil {
+		return err
+	}
+	if c.alt == nil {
+		return nil
+	}
+	svg = chartSVG(chart{title: c.alt.title, subtitle: []string{c.command, c.measured}, xLabel: c.xLabel, yLabel: c.alt.yLabel,
+		logX: c.logX, logY: c.logY, series: c.series(c.alt.specs)})
+	return os.WriteFile(base+"-"+c.alt.suffix+".svg", []byte(svg), 0o644)
 }
 
 func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
