@@ -235,7 +235,7 @@ func newCurve(what string, rate float64, d time.Duration) curve {
 		c.title = "Catch-up of a backlog by one client"
 		c.command = "tideload replay -rows N -runs 1 -centrifugo BIN per point"
 		c.xLabel, c.yLabel, c.logX, c.logY = "backlog, rows", "time to catch up, s", true, true
-		c.header = []string{"rows", "path", "rows_per_s", "seconds"}
+		c.header = []string{"rows", "path", "rows_per_s", "seconds", "note"}
 		c.specs = func([][]string) []seriesSpec {
 			var ss []seriesSpec
 			for _, x := range []struct {
@@ -427,7 +427,10 @@ func sweepReplay(ctx context.Context, c *curve, sizes []int, peer []string) erro
 				continue
 			}
 			secs := float64(n) / p.rate
-			c.rows = append(c.rows, []string{strconv.Itoa(n), p.name, f2(p.rate), strconv.FormatFloat(secs, 'f', 4, 64)})
+			c.rows = append(c.rows, []string{strconv.Itoa(n), p.name, f2(p.rate), strconv.FormatFloat(secs, 'f', 4, 64), ""})
+		}
+		for _, e := range r.CentrifugoErrors {
+			c.rows = append(c.rows, []string{strconv.Itoa(n), "centrifugo", "", "", "failed: " + e})
 		}
 	}
 	return firstErr
