@@ -41,7 +41,7 @@ type directSocket struct {
 // unwritten is what a non-blocking write left; done is closed once it is
 // sent.
 type unwritten struct {
-	b    []byte
+	b    *[]byte // a pooled buffer (writeBuffers)
 	done chan struct{}
 }
 
@@ -126,7 +126,11 @@ func (c *conn) finishRest() bool {
 	}
 	nc := c.ws.NetConn()
 	_ = nc.SetWriteDeadline(time.Now().Add(c.e.cfg.WriteTimeout))
-	_, err := nc.Write(rest.b)
+	_, err := nc.Write(*rest.b)
+	if cap(*rest.b) <= maxPooledWrite {
+		*rest.b = (*rest.b)[:0]
+		writeBuffers.Put(rest.b)
+	}
 	c.mu.Lock()
 	d.rest = nil
 	close(rest.done)
@@ -290,7 +294,9 @@ func (c *conn) flushDirect(buf *[]byte) {
 	c.mu.Lock()
 	c.out.writing = false
 	if err == nil && wrote < len(f.buf) {
-		d.rest = &unwritten{b: append([]byte(nil), f.buf[wrote:]...), done: make(chan struct{})}
+		bp := writeBuffers.Get().(*[]byte)
+		*bp = append((*bp)[:0], f.buf[wrote:]...)
+		d.rest = &unwritten{b: bp, done: make(chan struct{})}
 	}
 	if err == nil && (d.rest != nil || len(c.out.items) > 0 || c.out.pingDue || c.out.resyncDue) {
 		c.kickLocked()
