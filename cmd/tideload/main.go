@@ -37,6 +37,7 @@ func main() {
 		"storm":          storm,
 		"idle":           idle,
 		"sweep":          sweep,
+		"idle-client":    idleClient,
 	}
 	run, ok := modes[os.Args[1]]
 	if !ok {
@@ -58,6 +59,7 @@ modes:
   idle            memory per idle subscribed connection
   sweep           one of the modes at several sizes: a CSV and an SVG chart of the curve
   serve           (internal) the tide server process the modes start
-  serve-baseline  (internal) the bare gorilla/websocket broadcast server`)
+  serve-baseline  (internal) the bare gorilla/websocket broadcast server
+  idle-client     (internal) a share of the idle mode's connections in a process of its own`)
 	os.Exit(2)
 }

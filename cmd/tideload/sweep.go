@@ -38,6 +38,7 @@ func sweep(args []string) error {
 	duration := fs.Duration("duration", 5*time.Second, "latency: writes per point; fanout: window per point")
 	rate := fs.Float64("rate", 100, "latency: commits per second")
 	replot := fs.Bool("replot", false, "measure nothing: draw the SVG again from the CSV in -out")
+	procs := fs.Int("procs", 2, "idle: load processes the connections are split over")
 	_ = fs.Parse(args)
 	defaults := map[string]string{"latency": "100,300,1000,3000,10000", "idle": "1000,5000,10000,19000", "replay": "10000,100000,1000000", "fanout": "1000,10000"}
 	def, ok := defaults[*what]
@@ -78,7 +79,7 @@ func sweep(args []string) error {
 	case "latency":
 		err = sweepLatency(ctx, &c, sizes, *rate, *duration, peer)
 	case "idle":
-		err = sweepIdle(ctx, &c, sizes, peer)
+		err = sweepIdle(ctx, &c, sizes, *procs, peer)
 	case "replay":
 		err = sweepReplay(ctx, &c, sizes, peer)
 	case "fanout":
@@ -221,7 +222,7 @@ func newCurve(what string, rate float64, d time.Duration) curve {
 			yLabel: "latency, ms (write sent → client)", specs: quantiles("sent_")}
 	case "idle":
 		c.title = "Server memory (RSS) with idle subscribed connections"
-		c.command = "tideload idle -n N -centrifugo BIN per point (100 scopes / channels)"
+		c.command = "tideload idle -n N -procs 2 -centrifugo BIN per point (100 scopes / channels; load client in 2 processes)"
 		c.xLabel, c.yLabel = "idle subscribed connections", "server RSS, MiB"
 		c.header = []string{"connections", "server", "rss_before_mib", "rss_mib", "kib_per_conn", "rss_settled_mib", "settled_kib_per_conn"}
 		c.specs = func([][]string) []seriesSpec {
@@ -384,11 +385,11 @@ func sweepLatency(ctx context.Context, c *curve, sizes []int, rate float64, d ti
 	return firstErr
 }
 
-func sweepIdle(ctx context.Context, c *curve, sizes []int, peer []string) error {
+func sweepIdle(ctx context.Context, c *curve, sizes []int, procs int, peer []string) error {
 	var firstErr error
 	for _, n := range sizes {
 		var r idleResult
-		if err := runPoint(ctx, &r, "idle", append([]string{"-n", strconv.Itoa(n), "-timeout", "15m"}, peer...)...); err != nil {
+		if err := runPoint(ctx, &r, "idle", append([]string{"-n", strconv.Itoa(n), "-procs", strconv.Itoa(procs), "-timeout", "15m"}, peer...)...); err != nil {
 			fmt.Fprintln(os.Stderr, "sweep:", err)
 			if firstErr == nil {
 				firstErr = err
