@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -23,56 +20,31 @@ import (
 // is subscribed and caught up, and holds them until its stdin closes.
 
 // subFleet is one such process.
-type subFleet struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	done  chan struct{}
-}
+type subFleet struct{ p *selfProc }
 
 // startSubFleet starts a process holding connections [from, to) to the
 // tide server at addr, or to the Centrifugo peer p when p is set, and
 // waits until it is ready.
-func startSubFleet(ctx context.Context, addr string, p *cfPeer, from, to, scopes, round int, auth bool) (*subFleet, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"idle-client", "-from", strconv.Itoa(from), "-to", strconv.Itoa(to), "-scopes", strconv.Itoa(scopes),
+func startSubFleet(ctx context.Context, addr string, cf *cfPeer, from, to, scopes, round int, auth bool) (*subFleet, error) {
+	args := []string{"-from", strconv.Itoa(from), "-to", strconv.Itoa(to), "-scopes", strconv.Itoa(scopes),
 		"-round", strconv.Itoa(round), "-auth=" + strconv.FormatBool(auth)}
-	cmd := exec.Command(exe, args...)
-	cmd.Env = os.Environ()
-	if p != nil {
-		cmd.Args = append(cmd.Args, "-centrifugo-addr", p.addr)
-		cmd.Env = append(cmd.Env, "TIDELOAD_CF_SECRET="+string(p.secret)) // not on the command line
+	var env []string
+	if cf != nil {
+		args = append(args, "-centrifugo-addr", cf.addr)
+		env = append(env, "TIDELOAD_CF_SECRET="+string(cf.secret)) // not on the command line
 	} else {
-		cmd.Args = append(cmd.Args, "-addr", addr)
+		args = append(args, "-addr", addr)
 	}
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+	p, err := spawnSelf("idle-client", env, io.Discard, args...)
 	if err != nil {
 		return nil, err
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	s := &subFleet{cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- l
-		_, _ = io.Copy(io.Discard, out)
-	}()
+	s := &subFleet{p: p}
 	select {
-	case l := <-line:
-		if strings.TrimSpace(l) != "ready" {
+	case r := <-p.first:
+		if strings.TrimSpace(r.line) != "ready" {
 			s.stop()
-			return nil, fmt.Errorf("idle-client [%d, %d): %q", from, to, l)
+			return nil, fmt.Errorf("idle-client [%d, %d): %q %v", from, to, r.line, r.err)
 		}
 		return s, nil
 	case <-ctx.Done():
@@ -87,12 +59,12 @@ func (s *subFleet) stop() {
 	if s == nil {
 		return
 	}
-	_ = s.stdin.Close()
+	_ = s.p.stdin.Close()
 	select {
-	case <-s.done:
+	case <-s.p.done:
 	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
+		_ = s.p.cmd.Process.Kill()
+		<-s.p.done
 	}
 }
 
