@@ -39,7 +39,7 @@ type outbound struct {
 	resyncDue   bool
 	drops       int
 	closeQueued bool         // a close item is queued: nothing more is accepted
-	kickQueued  bool         // the fan-out starts the writer after its batch
+	kickQueued  bool         // the fan-out writes (or starts the writer) after its batch: flushKicked
 	direct      directSocket // the socket's direct write path, if it has one (socketdirect.go)
 }
 
@@ -113,9 +113,10 @@ func (c *conn) sendFrameWait(ctx context.Context, frame []byte) error {
 // trySendBatch queues live entries if they fit. The caller holds s.mu.
 //
 // With kicks nil the writer is started at once. The fan-out passes a list
-// instead: the connection is added to it (once) and its writer is started
-// after the whole batch of changes is queued, so a burst of changes goes
-// out as one frame per subscription rather than racing the writer.
+// instead: the connection is added to it (once) and written after the
+// whole batch of changes is queued (hub.flushKicked), so a burst of
+// changes goes out as one frame per subscription and one write per
+// connection.
 func (c *conn) trySendBatch(s *subscription, b liveBatch, kicks *[]*conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

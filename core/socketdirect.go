@@ -241,7 +241,7 @@ func frameText(b []byte, at int) []byte {
 // flushDirect writes c's queued items from the calling goroutine (the
 // fan-out's) with one non-blocking write system call, when c's socket is
 // direct and nothing else is being written; otherwise, and for whatever
-// the call cannot finish, it starts c's writer as kickQueued does. It never
+// the call cannot finish, it starts c's writer (kickLocked). It never
 // waits for the socket. buf is the caller's scratch buffer.
 func (c *conn) flushDirect(buf *[]byte) {
 	d := &c.out.direct
