@@ -15,8 +15,9 @@ import (
 // conn is one WebSocket connection. Its reader goroutine owns the
 // connection's lifetime: it reads and handles client frames and tears the
 // connection down when reading ends. Writes go through the outbound queue
-// (outbound.go), drained by a writer goroutine that runs only while there is
-// something to write.
+// (sendqueue.go), which the fan-out writes itself where the socket takes
+// it at once (socketdirect.go), and otherwise a writer goroutine drains,
+// running only while there is something to write.
 type conn struct {
 	e  *Engine
 	ws Socket
@@ -50,6 +51,7 @@ func (e *Engine) Accept(ws Socket, p authz.Principal) error {
 	c := &conn{e: e, ws: ws, subs: map[string]*subscription{}}
 	c.principal.Store(&p)
 	c.out.init(e.cfg.SendBuffer)
+	c.initDirect()
 	e.mu.Lock()
 	if e.draining {
 		e.mu.Unlock()

@@ -139,6 +139,10 @@ type hub struct {
 
 	writers chan *conn   // unbuffered: parked writer goroutines take connections to write for (sendqueue.go)
 	parked  atomic.Int64 // writers parked on writers
+
+	flushBuf      []byte        // the dispatching goroutine's frame buffer for direct writes
+	flushJobs     chan flushJob // parts of a dispatch's connections for the flushers
+	startFlushers sync.Once
 }
 
 // resIndex holds the groups of one resource. A group is indexed under the
@@ -280,12 +284,11 @@ func deleteGroup(gs []*group, g *group) []*group {
 // dispatch fans a batch of changes, in position order, out to every matching
 // subscription. Each change is matched once per scope group and encoded once;
 // then each group hands each of its subscriptions all its changes of the
-// batch at once (see liveBatch). Writers of the connections it queued
-// entries for start once the whole batch is queued (see trySendBatch). Only
-// the tailer calls it.
+// batch at once (see liveBatch). Once the whole batch is queued, it writes
+// the connections it queued entries for (flushKicked, see trySendBatch),
+// after releasing the hub's lock. Only the tailer calls it.
 func (h *hub) dispatch(changes []feed.Change) {
 	h.mu.RLock()
-	defer h.mu.RUnlock()
 	active := h.active[:0]
 	for i := range changes {
 		c := &changes[i]
@@ -315,7 +318,10 @@ func (h *hub) dispatch(changes []feed.Change) {
 	clear(active)
 	h.active = active[:0]
 	h.e.cache.recent.add(changes)
-	kickQueued(kicks)
+	// The writes need no index: subscriptions may come and go meanwhile
+	// (a removed one's entries are skipped when written).
+	h.mu.RUnlock()
+	h.flushKicked(kicks)
 	clear(kicks)
 	h.kicks = kicks[:0]
 }

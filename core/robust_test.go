@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,14 +28,8 @@ func TestSlowConsumer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 16 MB")
 	}
-	// MaxDrops is high so the fast client, which may itself fall behind this
-	// in-process writer, is resynced rather than cut off.
-	s := newServer(t, core.Config{SendBuffer: 64 << 10, MaxDrops: 1 << 20, WriteTimeout: time.Minute})
+	s, slow, slowCursor := slowServer(t)
 	ctx := context.Background()
-	slow := s.dial(t, "u", "p7")
-	slow.hello()
-	slow.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
-	_, slowCursor := slow.collect("s")
 	fast := s.dial(t, "u", "p7")
 	fast.hello()
 	fast.send(`{"v":1,"type":"subscribe","id":"f","resource":"todos","conditions":{"project_id":"p7"}}`)
@@ -78,6 +73,62 @@ func TestSlowConsumer(t *testing.T) {
 		t.Fatalf("slow client did not converge: %d rows, want %d (cut off on the way: %v)", len(slowCopy), len(want), cutOff)
 	}
 	t.Logf("slow client converged; cut off on the way: %v", cutOff)
+}
+
+// slowServer is a server with a small send buffer and a client "u"
+// subscribed (as "s") to project p7 and caught up; it returns the client's
+// cursor. MaxDrops is high so a client falling behind the in-process
+// writer is resynced rather than cut off.
+func slowServer(t *testing.T) (*server, *wsClient, string) {
+	t.Helper()
+	s := newServer(t, core.Config{SendBuffer: 64 << 10, MaxDrops: 1 << 20, WriteTimeout: time.Minute})
+	slow := s.dial(t, "u", "p7")
+	slow.hello()
+	slow.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
+	_, cursor := slow.collect("s")
+	return s, slow, cursor
+}
+
+// TestPingsWhileStalled: a client that stops reading but keeps pinging
+// gets its pongs and frames as whole frames: the server's answers to its
+// pings never land inside a frame the server had only half written when
+// the socket filled up. When it reads again it converges, and whatever
+// ended its connections on the way was a close, never a broken frame.
+func TestPingsWhileStalled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 8 MB")
+	}
+	s, slow, cursor := slowServer(t)
+	ctx := context.Background()
+	var pongs atomic.Int64
+	slow.ws.SetPongHandler(func(string) error { pongs.Add(1); return nil })
+	const n, size = 4000, 2000 // 8 MB: beyond loopback socket buffers
+	title := strings.Repeat("x", size)
+	for i := 0; i < n; i++ {
+		if err := s.todos.Upsert(ctx, todo{ID: fmt.Sprintf("k%05d", i%(n/4)), ProjectID: "p7", Title: title}); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			if err := slow.ws.WriteControl(websocket.PingMessage, []byte(fmt.Sprint(i)), time.Now().Add(10*time.Second)); err != nil {
+				t.Fatalf("ping %d: %v", i, err)
+			}
+		}
+	}
+	if s.e.Stats().Dropped == 0 {
+		t.Fatal("the stalled client never hit backpressure: the test did not exercise it")
+	}
+	want := rowsOf(t, s, "p7")
+	got, cutOff := resumeCopy(t, s, slow, cursor, want)
+	if !equalCopies(got, want) {
+		t.Fatalf("stalled client did not converge: %d rows, want %d (cut off on the way: %v)", len(got), len(want), cutOff)
+	}
+	for _, err := range cutOff {
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || (ce.Code != int(protocol.CloseOverloaded) && ce.Code != websocket.CloseAbnormalClosure) {
+			t.Errorf("connection ended by %v, want a close (1013) or a cut connection (1006), not a broken frame", err)
+		}
+	}
+	t.Logf("converged; %d pongs read; cut off on the way: %v", pongs.Load(), cutOff)
 }
 
 // resumeCopy reads subscription "s" of c into a copy of the scope until the
@@ -131,9 +182,12 @@ func resumeCopy(t *testing.T, s *server, c *wsClient, cursor string, want map[st
 }
 
 // TestBackpressureCloses: a client that keeps falling behind is cut off
-// with 1013 once it exceeds the drop limit.
+// with 1013 once it exceeds the drop limit. The client falls behind for
+// certain: whenever it is live (caught up), it stops reading until the
+// server has dropped entries for it, then reads on.
 func TestBackpressureCloses(t *testing.T) {
-	s := newServer(t, core.Config{SendBuffer: 1024, MaxDrops: 2, WriteTimeout: time.Minute})
+	drops := &dropSignal{c: make(chan struct{}, 16)}
+	s := newServer(t, core.Config{SendBuffer: 1024, MaxDrops: 2, WriteTimeout: time.Minute, Observer: drops})
 	c := s.dial(t, "u", "p7")
 	c.hello()
 	c.send(`{"v":1,"type":"subscribe","id":"s","resource":"todos","conditions":{"project_id":"p7"}}`)
@@ -156,17 +210,39 @@ func TestBackpressureCloses(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); wg.Wait() }()
-	// Read slowly: one frame per write burst is far behind the writer.
+	live := true // collect returned at caught-up
 	for {
+		if live {
+			select {
+			case <-drops.c:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no entries dropped within 30 s of the client stopping to read")
+			}
+			live = false
+		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-		_, _, err := c.ws.ReadMessage()
+		_, msg, err := c.ws.ReadMessage()
 		if err == nil {
+			live = strings.Contains(string(msg[:min(len(msg), 40)]), `"caught-up"`)
 			continue
 		}
 		if !websocket.IsCloseError(err, int(protocol.CloseOverloaded)) {
 			t.Fatalf("want close 1013, got %v", err)
 		}
 		return
+	}
+}
+
+// dropSignal is an observer that signals every dropped live entry.
+type dropSignal struct {
+	core.NopObserver
+	c chan struct{}
+}
+
+func (d *dropSignal) Dropped() {
+	select {
+	case d.c <- struct{}{}:
+	default:
 	}
 }
 

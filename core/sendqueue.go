@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/tidesync/tide/core/protocol"
@@ -36,8 +38,9 @@ type outbound struct {
 	// so. Which ones is kept by the subscriptions alone.
 	resyncDue   bool
 	drops       int
-	closeQueued bool // a close item is queued: nothing more is accepted
-	kickQueued  bool // the fan-out starts the writer after its batch
+	closeQueued bool         // a close item is queued: nothing more is accepted
+	kickQueued  bool         // the fan-out writes (or starts the writer) after its batch: flushKicked
+	direct      directSocket // the socket's direct write path, if it has one (socketdirect.go)
 }
 
 var errConnClosing = errors.New("tide: connection closing")
@@ -110,9 +113,10 @@ func (c *conn) sendFrameWait(ctx context.Context, frame []byte) error {
 // trySendBatch queues live entries if they fit. The caller holds s.mu.
 //
 // With kicks nil the writer is started at once. The fan-out passes a list
-// instead: the connection is added to it (once) and its writer is started
-// after the whole batch of changes is queued, so a burst of changes goes
-// out as one frame per subscription rather than racing the writer.
+// instead: the connection is added to it (once) and written after the
+// whole batch of changes is queued (hub.flushKicked), so a burst of
+// changes goes out as one frame per subscription and one write per
+// connection.
 func (c *conn) trySendBatch(s *subscription, b liveBatch, kicks *[]*conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -133,15 +137,73 @@ func (c *conn) trySendBatch(s *subscription, b liveBatch, kicks *[]*conn) bool {
 	return true
 }
 
-// kickQueued starts the writers of connections collected by trySendEntry.
-func kickQueued(kicks []*conn) {
-	for _, c := range kicks {
-		c.mu.Lock()
-		c.out.kickQueued = false
-		if len(c.out.items) > 0 {
-			c.kickLocked()
+// flushKicked writes the queues of the connections a dispatch collected
+// (trySendBatch): each from the fan-out's own goroutines with one
+// non-blocking write where the socket allows it (flushDirect), else by
+// starting its writer. Past flushPart connections the list is split
+// between the dispatching goroutine and up to GOMAXPROCS-1 flushers, and
+// flushKicked returns once every part is done, so the next batch is
+// dispatched after this one's writes.
+func (h *hub) flushKicked(kicks []*conn) {
+	parts := min(runtime.GOMAXPROCS(0), (len(kicks)+flushPart-1)/flushPart)
+	if parts <= 1 {
+		for _, c := range kicks {
+			c.flushDirect(&h.flushBuf)
 		}
-		c.mu.Unlock()
+		return
+	}
+	h.startFlushers.Do(func() {
+		h.flushJobs = make(chan flushJob)
+		for range runtime.GOMAXPROCS(0) - 1 {
+			h.e.wg.Add(1)
+			go h.flusher()
+		}
+	})
+	per := (len(kicks) + parts - 1) / parts
+	var wg sync.WaitGroup
+	for p := 1; p < parts; p++ {
+		wg.Add(1)
+		job := flushJob{conns: kicks[p*per : min(len(kicks), (p+1)*per)], wg: &wg}
+		select {
+		case h.flushJobs <- job:
+		case <-h.e.ctx.Done():
+			job.run(&h.flushBuf)
+		}
+	}
+	for _, c := range kicks[:per] {
+		c.flushDirect(&h.flushBuf)
+	}
+	wg.Wait()
+}
+
+// flushPart is the fewest connections a flusher is handed: below it,
+// waking another goroutine costs more than it saves.
+const flushPart = 128
+
+// flushJob is a part of a dispatch's connections for a flusher.
+type flushJob struct {
+	conns []*conn
+	wg    *sync.WaitGroup
+}
+
+func (j flushJob) run(buf *[]byte) {
+	defer j.wg.Done()
+	for _, c := range j.conns {
+		c.flushDirect(buf)
+	}
+}
+
+// flusher runs flush jobs until the engine stops.
+func (h *hub) flusher() {
+	defer h.e.wg.Done()
+	var buf []byte
+	for {
+		select {
+		case j := <-h.flushJobs:
+			j.run(&buf)
+		case <-h.e.ctx.Done():
+			return
+		}
 	}
 }
 

@@ -133,7 +133,7 @@ func (c *conn) closeWith(code protocol.CloseCode, reason string) {
 	c.mu.Unlock()
 	c.e.cfg.Observer.CloseSent(code)
 	deadline := time.Now().Add(time.Second)
-	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(code), reason), deadline); err != nil {
+	if err := c.writeControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(code), reason), deadline); err != nil {
 		c.kill()
 		return
 	}
@@ -174,8 +174,12 @@ func (c *conn) teardown() {
 }
 
 // writeLoop drains the queue and returns when it is empty, so an idle
-// connection has no writer goroutine (hub.writer runs it).
+// connection has no writer goroutine (hub.writer runs it). It first
+// finishes any frames a direct write (flushDirect) left half written.
 func (c *conn) writeLoop() {
+	if !c.finishRest() {
+		return
+	}
 	for {
 		c.mu.Lock()
 		ping := c.out.pingDue
@@ -202,19 +206,7 @@ func (c *conn) writeLoop() {
 			s.resync()
 		}
 		err := c.writeItems(items, ping)
-		n := 0
-		for i := range items {
-			n += items[i].size()
-		}
-		clear(items)
-
-		c.mu.Lock()
-		c.out.spare = items[:0]
-		if !c.closing {
-			c.out.bytes -= n
-		}
-		c.out.wake()
-		c.mu.Unlock()
+		c.written(items)
 		if err != nil {
 			c.kill()
 			c.mu.Lock()
@@ -225,25 +217,58 @@ func (c *conn) writeLoop() {
 	}
 }
 
+// written frees the queue space of items once they are written (or
+// failed), and keeps their slice for the next drain.
+func (c *conn) written(items []outItem) {
+	n := 0
+	for i := range items {
+		n += items[i].size()
+	}
+	clear(items)
+	c.mu.Lock()
+	c.out.spare = items[:0]
+	if !c.closing {
+		c.out.bytes -= n
+	}
+	c.out.wake()
+	c.mu.Unlock()
+}
+
 // writeItems writes queued items in order, merging each run of live entries
-// into one changes frame per subscription.
+// into one changes frame per subscription. On a direct socket every frame
+// of the drain goes out in one write system call.
 func (c *conn) writeItems(items []outItem, ping bool) error {
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.e.cfg.WriteTimeout))
 	if ping {
 		if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.e.cfg.WriteTimeout)); err != nil {
 			return err
 		}
 	}
+	f := c.newFrames()
+	defer f.release()
+	return c.writeFrames(&f, items)
+}
+
+// writeFrames is writeItems after the ping.
+func (c *conn) writeFrames(f *frames, items []outItem) error {
+	deadline := time.Now().Add(c.e.cfg.WriteTimeout)
+	if f.direct {
+		_ = c.ws.NetConn().SetWriteDeadline(deadline)
+	} else {
+		_ = c.ws.SetWriteDeadline(deadline)
+	}
 	for i := 0; i < len(items); {
 		if items[i].closeCode != 0 {
+			if err := f.flush(); err != nil {
+				return err
+			}
 			c.closeWith(items[i].closeCode, string(items[i].data))
 			return nil
 		}
 		if items[i].sub == nil {
 			if c.isClosing() {
-				return nil
+				break
 			}
-			if err := c.ws.WriteMessage(websocket.TextMessage, items[i].data); err != nil {
+			if err := f.add(items[i].data); err != nil {
 				return err
 			}
 			i++
@@ -253,27 +278,21 @@ func (c *conn) writeItems(items []outItem, ping bool) error {
 		for j < len(items) && items[j].sub != nil && items[j].closeCode == 0 {
 			j++
 		}
-		if err := c.writeEntries(items[i:j]); err != nil {
+		if err := c.writeEntries(f, items[i:j]); err != nil {
 			return err
 		}
 		i = j
 	}
-	return nil
+	return f.flush()
 }
 
 // writeEntries writes a run of live entries, one changes frame per
 // subscription (a new frame once PageSize entries are reached), in each
 // subscription's order. It consumes the run: written items have sub set to
-// nil. Each frame is assembled in one pooled buffer and written as one
-// WebSocket message, which gorilla sends with a single write system call
-// whatever its size.
-func (c *conn) writeEntries(run []outItem) error {
-	bp := writeBuffers.Get().(*[]byte)
-	defer func() {
-		if cap(*bp) <= maxPooledWrite {
-			writeBuffers.Put(bp)
-		}
-	}()
+// nil. Each frame is assembled in one buffer and written as one WebSocket
+// message (gorilla sends it with a single write system call whatever its
+// size), or, on a direct socket, appended to the drain's frames.
+func (c *conn) writeEntries(f *frames, run []outItem) error {
 	for i := range run {
 		s := run[i].sub
 		if s == nil {
@@ -300,7 +319,8 @@ func (c *conn) writeEntries(run []outItem) error {
 			}
 			last, n, end = run[k].live.last(), n+run[k].live.len(), k+1
 		}
-		b := protocol.AppendLiveChangesStart((*bp)[:0], s.idJSON, c.e.epoch, uint64(last))
+		b, at := f.begin()
+		b = protocol.AppendLiveChangesStart(b, s.idJSON, c.e.epoch, uint64(last))
 		sep := false
 		for k := i; k < end; k++ {
 			if run[k].sub != s {
@@ -316,12 +336,12 @@ func (c *conn) writeEntries(run []outItem) error {
 			run[k].sub = nil
 		}
 		b = protocol.AppendChangesEnd(b)
-		*bp = b
-		if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		size := len(b) - at
+		if err := f.end(b, at); err != nil {
 			return err
 		}
 		c.e.stats.delivered.Add(int64(n))
-		c.e.cfg.Observer.Delivered(n, len(b))
+		c.e.cfg.Observer.Delivered(n, size)
 		// Batches of s beyond the page still carry s and get the next frame
 		// when the loop reaches them.
 	}

@@ -443,43 +443,19 @@ func latencyCentrifugo(ctx context.Context, bin string, o latencyRun) (latencyRe
 	if err := waitUntil(ctx, conns, 10*time.Millisecond, "subscribed", func() bool { return conns.caughtUp() == o.n }); err != nil {
 		return res, err
 	}
-	subsPer := make([]int64, o.scopes)
-	for i := range o.n {
-		subsPer[i%o.scopes]++
-	}
-	var expected int64
-	for i := range total {
-		expected += subsPer[i%o.scopes]
-	}
+	expected := expectedDeliveries(o.n, o.scopes, total)
 	body := strings.Repeat("lorem ipsum dolor sit amet ", o.bodyLen/27+1)[:o.bodyLen]
-	sent := make([]int64, total)
-	done := make([]int64, total)
-	interval := time.Duration(float64(time.Second) / o.rate)
-	var row, req []byte
-	s1 := takeSample(p)
-	start := time.Now()
-	for i := range total {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-				return res, context.Cause(ctx)
-			}
-		}
-		sent[i] = clock()
-		row = cfRow(row[:0], int64(i), scopeName(i%o.scopes), body, sent[i])
-		req = cfPublishBody(req[:0], scopeName(i%o.scopes), row)
-		if err := p.api(ctx, "publish", req, nil); err != nil {
-			return res, fmt.Errorf("publish %d: %w", i, err)
-		}
-		done[i] = clock()
-		if i%64 == 0 {
-			if err := conns.failure(); err != nil {
-				return res, err
-			}
-		}
+	reqs := make([][]byte, o.writers)
+	write := func(ctx context.Context, w, i int, sent int64) error {
+		row := cfRow(nil, int64(i), scopeName(i%o.scopes), body, sent)
+		reqs[w] = cfPublishBody(reqs[w][:0], scopeName(i%o.scopes), row)
+		return p.api(ctx, "publish", reqs[w], nil)
 	}
-	writeEnd := time.Now()
+	s1 := takeSample(p)
+	sent, done, took, err := paceWrites(ctx, o, write, conns.failure)
+	if err != nil {
+		return res, err
+	}
 	s2 := takeSample(p)
 	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
 	derr := waitUntil(dctx, conns, 10*time.Millisecond, "every delivery", func() bool { return conns.entries() >= expected })
@@ -490,7 +466,7 @@ func latencyCentrifugo(ctx context.Context, bin string, o latencyRun) (latencyRe
 	lat, upper, call, early, missing, dups := arrivals(conns, o.scopes, total, expected, sent, done)
 	u := s1.to(s2)
 	res = latencyResult{Server: "centrifugo", N: o.n, Rate: o.rate, Duration: o.duration.Seconds(), Scopes: o.scopes,
-		Commits: total, CommitsPerS: float64(total) / writeEnd.Sub(start).Seconds(),
+		Commits: total, CommitsPerS: float64(total) / took.Seconds(),
 		Latency: quantilesOf(lat), FromSend: quantilesOf(upper), CommitRTT: quantilesOf(call),
 		Deliveries: float64(len(lat)) / u.Seconds, Expected: expected, Missing: missing, Early: early, Duplicates: dups, Usage: u}
 	return res, nil

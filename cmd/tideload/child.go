@@ -29,14 +29,32 @@ type child struct {
 	exited error
 }
 
-// startChild starts `tideload <mode> args...` from this same binary and
-// waits for its "listening <addr>" line.
-func startChild(ctx context.Context, mode string, args ...string) (*child, error) {
+// selfProc is a process of this same binary in another mode: its stdin
+// (closing it asks the process to end), its first line of output, and a
+// channel closed when it has exited (with err set).
+type selfProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	first chan lineResult // the first line of its stdout, once
+	done  chan struct{}
+	err   error
+}
+
+type lineResult struct {
+	line string
+	err  error
+}
+
+// spawnSelf starts `tideload <mode> args...` with env added to this
+// process's environment. What the process prints after its first line
+// goes to rest. The kernel kills it if this process dies (Pdeathsig).
+func spawnSelf(mode string, env []string, rest io.Writer, args ...string) (*selfProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe, append([]string{mode}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
@@ -50,24 +68,31 @@ func startChild(ctx context.Context, mode string, args ...string) (*child, error
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, stdin: stdin, done: make(chan struct{}),
-		http: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
-	go func() { c.exited = cmd.Wait(); close(c.done) }()
-	type result struct {
-		line string
-		err  error
-	}
-	lines := make(chan result, 1)
+	p := &selfProc{cmd: cmd, stdin: stdin, first: make(chan lineResult, 1), done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
 	go func() {
 		br := bufio.NewReader(out)
 		line, err := br.ReadString('\n')
-		lines <- result{line, err}
-		_, _ = io.Copy(os.Stderr, br) // anything else the child prints
+		p.first <- lineResult{line, err}
+		_, _ = io.Copy(rest, br)
 	}()
+	return p, nil
+}
+
+// startChild starts `tideload <mode> args...` from this same binary and
+// waits for its "listening <addr>" line.
+func startChild(ctx context.Context, mode string, args ...string) (*child, error) {
+	p, err := spawnSelf(mode, nil, os.Stderr, args...) // anything else the child prints goes to our stderr
+	if err != nil {
+		return nil, err
+	}
+	c := &child{cmd: p.cmd, stdin: p.stdin, done: make(chan struct{}),
+		http: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+	go func() { <-p.done; c.exited = p.err; close(c.done) }()
 	wait := time.NewTimer(2 * time.Minute) // a Postgres server child migrates first
 	defer wait.Stop()
 	select {
-	case r := <-lines:
+	case r := <-p.first:
 		if r.err != nil || !strings.HasPrefix(r.line, "listening ") {
 			c.stop()
 			return nil, fmt.Errorf("%s did not start: %q %v", mode, r.line, r.err)

@@ -49,6 +49,7 @@ func fanout(args []string) error {
 	conc := fs.Int("conc", 64, "connections opened at a time")
 	prof := fs.String("pprof", "", "write a CPU profile of the tide server over the (first) window to this file")
 	rounds := fs.Int("rounds", 1, "tide + baseline pairs measured one after the other; the round with the median ratio is reported as the result")
+	cfBin := fs.String("centrifugo", "", "Centrifugo binary: measure it as a peer in every round (after tide and the baseline), publishing the same rows in batch calls")
 	_ = fs.Parse(args)
 	if *n < 1 || *n > 20000 || *scopes < 1 || *scopes > *n || *batch < 1 || *batch > 10000 || *duration <= 0 || *window < 1 || *rounds < 1 || *rounds > 10 {
 		return errors.New("fanout: need 1 ≤ -n ≤ 20000, 1 ≤ -scopes ≤ n, 1 ≤ -batch ≤ 10000, -duration > 0, -inflight ≥ 1, 1 ≤ -rounds ≤ 10")
@@ -74,8 +75,9 @@ func fanout(args []string) error {
 		if round > 0 {
 			prof = ""
 		}
-		tide, epoch, err := fanoutTide(ctx, fanoutRun{n: *n, scopes: *scopes, batch: *batch, body: body, warmup: *warmup,
-			duration: *duration, window: *window, maxBatches: *maxBatches, auth: *auth, conc: *conc, prof: prof, subsPer: subsPer})
+		run := fanoutRun{n: *n, scopes: *scopes, batch: *batch, body: body, warmup: *warmup,
+			duration: *duration, window: *window, maxBatches: *maxBatches, auth: *auth, conc: *conc, prof: prof, subsPer: subsPer}
+		tide, epoch, err := fanoutTide(ctx, run)
 		if err != nil {
 			return fmt.Errorf("tide: %w", err)
 		}
@@ -92,6 +94,17 @@ func fanout(args []string) error {
 			}
 			rd.Baseline, rd.Ratio = &b, ratio(tide.Deliveries, b.Deliveries)
 		}
+		if *cfBin != "" {
+			cf, err := fanoutCentrifugo(ctx, *cfBin, run)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return fmt.Errorf("centrifugo: %w", err)
+			case err != nil: // a failed peer round is a result (it drops clients it cannot keep up with)
+				res.CentrifugoErrors = append(res.CentrifugoErrors, fmt.Sprintf("round %d: %v", round+1, err))
+			default:
+				rd.Centrifugo, rd.CFRatio = &cf, ratio(tide.Deliveries, cf.Deliveries)
+			}
+		}
 		res.Rounds = append(res.Rounds, rd)
 	}
 	stopLoadProf()
@@ -107,6 +120,7 @@ func fanout(args []string) error {
 	})
 	mid := byKey[(len(byKey)-1)/2]
 	res.Tide, res.Baseline, res.Ratio = mid.Tide, mid.Baseline, mid.Ratio
+	res.Centrifugo, res.CFRatio = mid.Centrifugo, mid.CFRatio
 	return emit(cm.json, res, res.text())
 }
 
@@ -149,13 +163,20 @@ type fanoutResult struct {
 	Tide     fanoutFigures  `json:"tide"`
 	Baseline *fanoutFigures `json:"baseline,omitempty"`
 	Ratio    float64        `json:"tide_over_baseline,omitempty"`
-	Rounds   []fanoutRound  `json:"rounds"`
+	// Centrifugo is the peer's figures in the median round.
+	Centrifugo *fanoutFigures `json:"centrifugo,omitempty"`
+	CFRatio    float64        `json:"tide_over_centrifugo,omitempty"`
+	// CentrifugoErrors are the peer's failed rounds.
+	CentrifugoErrors []string      `json:"centrifugo_errors,omitempty"`
+	Rounds           []fanoutRound `json:"rounds"`
 }
 
 type fanoutRound struct {
-	Tide     fanoutFigures  `json:"tide"`
-	Baseline *fanoutFigures `json:"baseline,omitempty"`
-	Ratio    float64        `json:"tide_over_baseline,omitempty"`
+	Tide       fanoutFigures  `json:"tide"`
+	Baseline   *fanoutFigures `json:"baseline,omitempty"`
+	Ratio      float64        `json:"tide_over_baseline,omitempty"`
+	Centrifugo *fanoutFigures `json:"centrifugo,omitempty"`
+	CFRatio    float64        `json:"tide_over_centrifugo,omitempty"`
 }
 
 func (r fanoutResult) text() string {
@@ -179,6 +200,10 @@ func (r fanoutResult) text() string {
 				row(fmt.Sprintf("gorilla #%d", i+1), *rd.Baseline)
 				fmt.Fprintf(&b, "  %-18s %14.2f\n", fmt.Sprintf("tide/baseline #%d", i+1), rd.Ratio)
 			}
+			if rd.Centrifugo != nil {
+				row(fmt.Sprintf("centrifugo #%d", i+1), *rd.Centrifugo)
+				fmt.Fprintf(&b, "  %-18s %14.2f\n", fmt.Sprintf("tide/cf #%d", i+1), rd.CFRatio)
+			}
 		}
 		fmt.Fprintf(&b, "  median round:\n")
 	}
@@ -186,6 +211,13 @@ func (r fanoutResult) text() string {
 	if r.Baseline != nil {
 		row("gorilla broadcast", *r.Baseline)
 		fmt.Fprintf(&b, "  tide/baseline: %.2f\n", r.Ratio)
+	}
+	if r.Centrifugo != nil {
+		row("centrifugo", *r.Centrifugo)
+		fmt.Fprintf(&b, "  tide/centrifugo: %.2f (Centrifugo v6: HTTP API batch publish, memory engine, no policy or filter)\n", r.CFRatio)
+	}
+	for _, e := range r.CentrifugoErrors {
+		fmt.Fprintf(&b, "  centrifugo failed %s\n", e)
 	}
 	t := r.Tide
 	fmt.Fprintf(&b, "  tide run: %s rows written (%.1f writes/s), %s of %s deliveries received after the drain, %d live entries dropped (resynced), %d replay queries, server RSS %.1f MiB, %d GCs\n",
@@ -219,8 +251,33 @@ func fanoutTide(ctx context.Context, o fanoutRun) (fanoutFigures, string, error)
 		return f, "", err
 	}
 
-	// The writer: batches of rows, round-robin over the scopes, as fast
-	// as the clients take them, at most `window` batches ahead.
+	post := func(ctx context.Context, rows []item) error {
+		var buf bytes.Buffer
+		if err := json.NewEncoder(&buf).Encode(rows); err != nil {
+			return err
+		}
+		return srv.doJSON(ctx, "POST", "/write", &buf, nil)
+	}
+	f, err = measureFanout(ctx, o, conns, srv, post)
+	st1, serr := srv.stats(ctx, false)
+	if serr != nil {
+		return f, "", serr
+	}
+	f.Dropped = st1.Engine.Dropped - st0.Engine.Dropped
+	f.ReplayQueries = st1.Engine.ReplayQueries - st0.Engine.ReplayQueries
+	f.ServerRSS = st1.RSS
+	f.ServerNumGC = st1.NumGC - st0.NumGC
+	return f, st0.Epoch, err
+}
+
+// measureFanout runs the writer against a subscribed fleet and measures
+// the window: batches of rows, round-robin over the scopes, posted as fast
+// as the clients take them, at most o.window batches ahead of what they
+// received; then every row written must reach every subscriber of its
+// scope (the drain). srv is the server process whose CPU is sampled; with
+// o.prof set, srv must be a tide child (its CPU profile is taken).
+func measureFanout(ctx context.Context, o fanoutRun, conns fleet, srv cpuReader, post func(ctx context.Context, rows []item) error) (fanoutFigures, error) {
+	var f fanoutFigures
 	var expected atomic.Int64 // deliveries the rows written so far make
 	var written atomic.Int64
 	var batches atomic.Int64
@@ -231,7 +288,6 @@ func fanoutTide(ctx context.Context, o fanoutRun) (fanoutFigures, string, error)
 			var seq int64
 			ahead := make([]int64, o.window) // ring: delivery totals of the last batches
 			rows := make([]item, o.batch)
-			var buf bytes.Buffer
 			for b := 0; b < o.maxBatches; b++ {
 				select {
 				case <-stop:
@@ -248,11 +304,7 @@ func fanoutTide(ctx context.Context, o fanoutRun) (fanoutFigures, string, error)
 					exp += o.subsPer[s]
 					seq++
 				}
-				buf.Reset()
-				if err := json.NewEncoder(&buf).Encode(rows); err != nil {
-					return err
-				}
-				if err := srv.doJSON(ctx, "POST", "/write", &buf, nil); err != nil {
+				if err := post(ctx, rows); err != nil {
 					if ctx.Err() != nil {
 						return context.Cause(ctx)
 					}
@@ -288,34 +340,32 @@ func fanoutTide(ctx context.Context, o fanoutRun) (fanoutFigures, string, error)
 	select {
 	case <-time.After(o.warmup):
 	case <-ctx.Done():
-		return f, "", context.Cause(ctx)
+		return f, context.Cause(ctx)
 	case err := <-werr:
-		return f, "", fmt.Errorf("writer: %v", err)
+		return f, fmt.Errorf("writer: %v", err)
 	}
 	e1, fr1, by1, b1 := conns.entries(), conns.frames(), conns.bytes(), batches.Load()
 	s1 := takeSample(srv)
-	waitProf := srv.profile(ctx, o.prof, o.duration)
+	waitProf := func() error { return nil }
+	if c, ok := srv.(*child); ok {
+		waitProf = c.profile(ctx, o.prof, o.duration)
+	}
 	select {
 	case <-time.After(o.duration):
 	case <-ctx.Done():
-		return f, "", context.Cause(ctx)
+		return f, context.Cause(ctx)
 	}
 	s2 := takeSample(srv)
 	e2, fr2, by2, b2 := conns.entries(), conns.frames(), conns.bytes(), batches.Load()
 	if err := stopWriter(); err != nil {
-		return f, "", fmt.Errorf("writer: %v", err)
+		return f, fmt.Errorf("writer: %v", err)
 	}
 	if err := waitProf(); err != nil {
-		return f, "", fmt.Errorf("profile: %v", err)
+		return f, fmt.Errorf("profile: %v", err)
 	}
-	// Drain: every row written must reach every subscriber of its scope.
 	dctx, dcancel := context.WithTimeout(ctx, 60*time.Second)
 	derr := waitUntil(dctx, conns, 20*time.Millisecond, "the drain", func() bool { return conns.entries() >= expected.Load() })
 	dcancel()
-	st1, err := srv.stats(ctx, false)
-	if err != nil {
-		return f, "", err
-	}
 	u := s1.to(s2)
 	f = fanoutFigures{
 		Deliveries:     float64(e2-e1) / u.Seconds,
@@ -327,16 +377,56 @@ func fanoutTide(ctx context.Context, o fanoutRun) (fanoutFigures, string, error)
 		Written:        written.Load(),
 		Expected:       expected.Load(),
 		Received:       conns.entries(),
-		Dropped:        st1.Engine.Dropped - st0.Engine.Dropped,
-		ReplayQueries:  st1.Engine.ReplayQueries - st0.Engine.ReplayQueries,
-		ServerRSS:      st1.RSS,
-		ServerNumGC:    st1.NumGC - st0.NumGC,
 		WriteBatchesPS: float64(b2-b1) / u.Seconds,
 	}
 	if derr != nil {
-		return f, st0.Epoch, fmt.Errorf("%v (%d of %d deliveries)", derr, f.Received, f.Expected)
+		return f, fmt.Errorf("%v (%d of %d deliveries)", derr, f.Received, f.Expected)
 	}
-	return f, st0.Epoch, nil
+	return f, nil
+}
+
+// fanoutCentrifugo is the peer's fan-out round: the same subscribers on
+// the same channels, the same rows published in batches (one HTTP API
+// batch call of o.batch publishes per write, each to its row's channel),
+// the same window and drain. Centrifugo, like tide, puts every publication
+// queued for a client meanwhile into one WebSocket frame.
+func fanoutCentrifugo(ctx context.Context, bin string, o fanoutRun) (fanoutFigures, error) {
+	var f fanoutFigures
+	p, err := startCentrifugo(ctx, bin, cfOptions{queueMax: 64 << 20})
+	if err != nil {
+		return f, err
+	}
+	defer p.stop()
+	conns, err := openFleet(ctx, o.n, o.conc, func(ctx context.Context, i int) (*loadConn, error) {
+		return dialCentrifugo(ctx, p, i, dialOpts{scope: scopeName(i % o.scopes), readBuf: 16 << 10, round: 1})
+	})
+	if err != nil {
+		return f, err
+	}
+	defer conns.close()
+	if err := waitUntil(ctx, conns, 10*time.Millisecond, "subscribed", func() bool { return conns.caughtUp() == o.n }); err != nil {
+		return f, err
+	}
+	var req, row []byte
+	post := func(ctx context.Context, rows []item) error {
+		req = append(req[:0], `{"commands":[`...)
+		for i, r := range rows {
+			if i > 0 {
+				req = append(req, ',')
+			}
+			id, _ := strconv.ParseInt(r.ID, 10, 64)
+			row = cfRow(row[:0], id, r.Scope, r.Body, r.SentNS)
+			req = append(req, `{"publish":`...)
+			req = cfPublishBody(req, r.Scope, row)
+			req = append(req, '}')
+		}
+		req = append(req, `]}`...)
+		return p.api(ctx, "batch", req, nil)
+	}
+	o.prof = ""
+	f, err = measureFanout(ctx, o, conns, p, post)
+	f.ServerRSS = p.rss()
+	return f, err
 }
 
 func scopeName(i int) string { return "s" + strconv.Itoa(i) }

@@ -12,6 +12,7 @@
 //	tideload replay  -rows 100000       # catch-up replay rows/s vs a plain pgx SELECT
 //	tideload storm   -n 5000 -scopes 50 # reconnect storm: time to catch up, replay queries
 //	tideload idle    -n 10000           # memory per idle subscribed connection
+//	tideload sweep   -what latency      # a mode at several sizes: CSV + SVG chart
 //
 // Postgres modes use -dsn, else TIDE_TEST_DATABASE_URL, else
 // postgres://postgres@127.0.0.1:5432/test. Every mode takes -json. Run
@@ -35,6 +36,8 @@ func main() {
 		"replay":         replay,
 		"storm":          storm,
 		"idle":           idle,
+		"sweep":          sweep,
+		"idle-client":    idleClient,
 	}
 	run, ok := modes[os.Args[1]]
 	if !ok {
@@ -54,7 +57,9 @@ modes:
   replay          catch-up replay of a Postgres backlog to one client, vs a plain pgx SELECT
   storm           C clients on S scopes dropped and resuming at once: time to catch up, replay queries
   idle            memory per idle subscribed connection
+  sweep           one of the modes at several sizes: a CSV and an SVG chart of the curve
   serve           (internal) the tide server process the modes start
-  serve-baseline  (internal) the bare gorilla/websocket broadcast server`)
+  serve-baseline  (internal) the bare gorilla/websocket broadcast server
+  idle-client     (internal) a share of the idle mode's connections in a process of its own`)
 	os.Exit(2)
 }

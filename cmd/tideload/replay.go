@@ -91,7 +91,13 @@ func replay(args []string) error {
 	for still < 3 {
 		st, err := srv.stats(ctx, false)
 		if err != nil {
-			return err
+			// The feed's head may not answer while a large backlog is
+			// being sequenced; the wait is bounded by -timeout.
+			if ctx.Err() != nil {
+				return err
+			}
+			still = 0
+			continue
 		}
 		if st.Engine.TailBatches == last && last > st0.Engine.TailBatches {
 			still++
@@ -111,18 +117,30 @@ func replay(args []string) error {
 	var cf *cfReplay
 	if *cfBin != "" {
 		if cf, err = newCFReplay(ctx, *cfBin, *rows, body); err != nil {
-			return fmt.Errorf("centrifugo: %w", err)
+			if ctx.Err() != nil {
+				return fmt.Errorf("centrifugo: %w", err)
+			}
+			res.CentrifugoErrors = append(res.CentrifugoErrors, fmt.Sprintf("publishing the backlog: %v", err))
+			cf = nil
+		} else {
+			defer cf.p.stop()
 		}
-		defer cf.p.stop()
 	}
 	for run := range *runs {
 		if cf != nil {
+			// A failed recovery (Centrifugo ends a connection whose
+			// subscribe reply it cannot send) is a result, not the end of
+			// the run.
 			r, u, err := cf.run(ctx, run)
-			if err != nil {
+			switch {
+			case err != nil && ctx.Err() != nil:
 				return fmt.Errorf("centrifugo: %w", err)
+			case err != nil:
+				res.CentrifugoErrors = append(res.CentrifugoErrors, fmt.Sprintf("run %d: %v", run+1, err))
+			default:
+				res.Centrifugo = append(res.Centrifugo, r)
+				res.CentrifugoUsage = append(res.CentrifugoUsage, u)
 			}
-			res.Centrifugo = append(res.Centrifugo, r)
-			res.CentrifugoUsage = append(res.CentrifugoUsage, u)
 		}
 		// tide
 		stA, err := srv.stats(ctx, false)
@@ -237,6 +255,8 @@ type replayResult struct {
 	CentrifugoUsage  []usage   `json:"centrifugo_usage,omitempty"`
 	CentrifugoMedian float64   `json:"centrifugo_rows_per_s,omitempty"`
 	RatioCentrifugo  float64   `json:"tide_over_centrifugo,omitempty"`
+	// CentrifugoErrors are the peer's failed runs.
+	CentrifugoErrors []string `json:"centrifugo_errors,omitempty"`
 }
 
 func (r replayResult) text() string {
@@ -266,9 +286,12 @@ func (r replayResult) text() string {
 		fmt.Fprintf(&b, "  centrifugo history recovery:     %11s rows/s   (runs: %s; memory engine, one subscribe reply)\n", commas(r.CentrifugoMedian), list(r.Centrifugo))
 	}
 	fmt.Fprintf(&b, "  tide/SELECT: %.2f\n", r.Ratio)
+	for _, e := range r.CentrifugoErrors {
+		fmt.Fprintf(&b, "  centrifugo failed: %s\n", e)
+	}
 	if len(r.Centrifugo) > 0 {
 		fmt.Fprintf(&b, "  tide/centrifugo: %.2f\n", r.RatioCentrifugo)
-	} else {
+	} else if len(r.CentrifugoErrors) == 0 {
 		fmt.Fprintf(&b, "  %s\n", centrifugoNote)
 	}
 	for i, u := range r.TideUsage {

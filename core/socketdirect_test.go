@@ -1,0 +1,106 @@
+package core
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha1"
+	"encoding/base64"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/gorilla/websocket"
+)
+
+// TestFrameTextRoundTrip: messages framed by frames.begin/end (every
+// header length: up to 125 bytes, up to 64 KiB, beyond) and written as one
+// buffer are read back, in order and byte for byte, by gorilla's client.
+func TestFrameTextRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want [][]byte
+	f := frames{direct: true}
+	for range 200 {
+		var n int
+		switch rng.IntN(4) {
+		case 0:
+			n = rng.IntN(126)
+		case 1:
+			n = 126 + rng.IntN(0x10000-126)
+		case 2:
+			n = 0x10000 + rng.IntN(100_000)
+		default:
+			n = []int{0, 125, 126, 127, 0xffff, 0x10000}[rng.IntN(6)]
+		}
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = 'a' + byte(rng.IntN(26))
+		}
+		want = append(want, p)
+		if rng.IntN(2) == 0 {
+			if err := f.add(p); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		b, at := f.begin()
+		if err := f.end(append(b, p...), at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := pipeClient(t, f.buf)
+	for i, w := range want {
+		mt, got, err := client.ReadMessage()
+		if err != nil {
+			t.Fatalf("message %d (%d bytes): %v", i, len(w), err)
+		}
+		if mt != websocket.TextMessage || !bytes.Equal(got, w) {
+			t.Fatalf("message %d: type %d, %d bytes, want text of %d bytes", i, mt, len(got), len(w))
+		}
+	}
+}
+
+// pipeClient returns a gorilla client connection whose server side
+// answers the handshake and then sends stream.
+func pipeClient(t *testing.T, stream []byte) *websocket.Conn {
+	t.Helper()
+	cs, ss := net.Pipe()
+	t.Cleanup(func() { cs.Close(); ss.Close() })
+	go func() {
+		req, err := http.ReadRequest(bufio.NewReader(ss))
+		if err != nil {
+			return
+		}
+		h := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		resp := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+			base64.StdEncoding.EncodeToString(h[:]) + "\r\n\r\n"
+		if _, err := ss.Write([]byte(resp)); err != nil {
+			return
+		}
+		_, _ = ss.Write(stream)
+	}()
+	u, _ := url.Parse("ws://pipe/")
+	c, _, err := websocket.NewClient(cs, u, nil, 4096, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(-1)
+	return c
+}
+
+// BenchmarkFrameText: framing a 200-byte changes frame into a drain's
+// buffer (what flushDirect does per subscription and wave).
+func BenchmarkFrameText(b *testing.B) {
+	payload := bytes.Repeat([]byte("x"), 200)
+	f := frames{direct: true}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(payload)))
+	for b.Loop() {
+		f.buf = f.buf[:0]
+		for range 4 {
+			bb, at := f.begin()
+			_ = f.end(append(bb, payload...), at)
+		}
+	}
+}
