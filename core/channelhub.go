@@ -415,7 +415,7 @@ func (h *chanHub) deliverLocked(t *topicState, frame []byte) {
 			h.stats.dropped.Add(1)
 		}
 	}
-	kickQueued(kicks)
+	h.e.hub.flushKicked(kicks)
 	clear(kicks)
 	h.kicks = kicks[:0]
 	h.stats.delivered.Add(n)
