@@ -35,8 +35,12 @@ const (
 // count (the ratio of the median rounds). It also reports the WAL bytes per
 // commit of each table: pg_current_wal_lsn() before and after each round,
 // divided by its commits (the lowest round, since the WAL position is the
-// whole cluster's and other sessions add to it). It runs once whatever b.N is: run
-// it with -benchtime 1x.
+// whole cluster's and other sessions add to it), and the CPU time per
+// commit of the writers' backends, this process (the client side) and the
+// sequencer's backend (read from /proc, so Postgres must run on this
+// machine): on a machine whose cores the run saturates, plain/synced CPU is
+// what bounds synced/plain commits. It runs once whatever b.N is: run it
+// with -benchtime 1x.
 func BenchmarkSyncedVsPlain(b *testing.B) {
 	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 70 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -60,7 +64,10 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 	f.StartSequencer()
 
 	var seq atomic.Int64
-	round := func(table string, writers int) (rate, walPerCommit, cpuPerCommit float64) {
+	// parts is a round's CPU time per commit: the writers' backends, this
+	// process (the client side), the sequencer's backend.
+	type parts struct{ writers, client, sequencer float64 }
+	round := func(table string, writers int) (rate, walPerCommit float64, cpu parts) {
 		sql := "INSERT INTO " + table + " (id, tenant, grp, title) VALUES ($1, $2, $3, 'a title of a typical length')"
 		// Each writer keeps one connection for the round, so the CPU time
 		// of its backend can be read from /proc before and after.
@@ -115,11 +122,9 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		wcpu, ccpu, scpu := backendCPU(b, pids)-cpu0, selfCPU()-self0, backendCPU(b, seqPID)-seq0
-		cpu := wcpu + ccpu + scpu
-		if n := done.Load(); n > 0 {
-			b.Logf("%s@%d: µs/commit writers' backends %d, client %d, sequencer %d", table, writers, wcpu.Microseconds()/n, ccpu.Microseconds()/n, scpu.Microseconds()/n)
-		}
+		n := max(done.Load(), 1)
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+		cpu = parts{per(backendCPU(b, pids) - cpu0), per(selfCPU() - self0), per(backendCPU(b, seqPID) - seq0)}
 		var wal int64
 		if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn1); err != nil {
 			b.Fatal(err)
@@ -127,8 +132,7 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 		if err := pool.QueryRow(ctx, "SELECT (pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn))::bigint", lsn1, lsn0).Scan(&wal); err != nil {
 			b.Fatal(err)
 		}
-		n := done.Load()
-		return float64(n) / elapsed.Seconds(), float64(wal) / float64(max(n, 1)), float64(cpu.Microseconds()) / float64(max(n, 1))
+		return float64(done.Load()) / elapsed.Seconds(), float64(wal) / float64(n), cpu
 	}
 
 	median := func(xs []float64) float64 {
@@ -140,19 +144,26 @@ func BenchmarkSyncedVsPlain(b *testing.B) {
 	var report strings.Builder
 	for _, writers := range []int{1, 16, 64} {
 		var plain, synced, plainWAL, syncedWAL, plainCPU, syncedCPU []float64
+		var plainParts, syncedParts []parts
 		for range syncedRounds {
 			r, w, c := round("plain_items", writers)
-			plain, plainWAL, plainCPU = append(plain, r), append(plainWAL, w), append(plainCPU, c)
+			plain, plainWAL, plainParts = append(plain, r), append(plainWAL, w), append(plainParts, c)
+			plainCPU = append(plainCPU, c.writers+c.client+c.sequencer)
 			r, w, c = round("e2e_items", writers)
-			synced, syncedWAL, syncedCPU = append(synced, r), append(syncedWAL, w), append(syncedCPU, c)
+			synced, syncedWAL, syncedParts = append(synced, r), append(syncedWAL, w), append(syncedParts, c)
+			syncedCPU = append(syncedCPU, c.writers+c.client+c.sequencer)
 			if b.Failed() {
 				b.FailNow()
 			}
 		}
 		ratio := median(synced) / median(plain)
 		cpuRatio := median(plainCPU) / median(syncedCPU)
-		fmt.Fprintf(&report, "writers=%d: plain %.0f commits/s (rounds %.0f), synced %.0f commits/s (rounds %.0f), synced/plain %.2f; WAL bytes/commit plain %.0f, synced %.0f (lowest rounds); CPU µs/commit plain %.0f, synced %.0f (medians), plain/synced %.2f\n",
-			writers, median(plain), plain, median(synced), synced, ratio, slices.Min(plainWAL), slices.Min(syncedWAL), median(plainCPU), median(syncedCPU), cpuRatio)
+		// The parts of the round whose total is the median.
+		partsOf := func(ps []parts, totals []float64) parts { return ps[slices.Index(totals, median(totals))] }
+		pp, sp := partsOf(plainParts, plainCPU), partsOf(syncedParts, syncedCPU)
+		fmt.Fprintf(&report, "writers=%d: plain %.0f commits/s (rounds %.0f), synced %.0f commits/s (rounds %.0f), synced/plain %.2f; WAL bytes/commit plain %.0f, synced %.0f (lowest rounds); CPU µs/commit plain %.0f (backends %.0f, client %.0f), synced %.0f (backends %.0f, client %.0f, sequencer %.0f) (median rounds), plain/synced %.2f\n",
+			writers, median(plain), plain, median(synced), synced, ratio, slices.Min(plainWAL), slices.Min(syncedWAL),
+			median(plainCPU), pp.writers, pp.client, median(syncedCPU), sp.writers, sp.client, sp.sequencer, cpuRatio)
 		b.ReportMetric(ratio, fmt.Sprintf("synced/plain@%d", writers))
 		b.ReportMetric(median(plain), fmt.Sprintf("plain-commits/s@%d", writers))
 		b.ReportMetric(median(synced), fmt.Sprintf("synced-commits/s@%d", writers))
