@@ -1,9 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/middleware"
 )
 
 func TestParseChannelsFlags(t *testing.T) {
@@ -89,5 +97,61 @@ func TestFrameKindChannels(t *testing.T) {
 		if got := frameKind([]byte(frame)); got != want {
 			t.Errorf("%s: kind %d, want %d", frame, got, want)
 		}
+	}
+}
+
+// TestMeasureChannelTide runs the tide side of the mode in process: the
+// server child's channel and publish endpoint, a few load connections,
+// every key delivered once to each.
+func TestMeasureChannelTide(t *testing.T) {
+	engine, err := core.New(core.Config{IdleTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	if err := registerLoadChannel(engine, mux); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(middleware.Middleware(engine)(mux))
+	defer srv.Close()
+	defer func() { _ = engine.Shutdown(context.Background()) }()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := channelsOpts{n: 4, messages: 57, batch: 5, window: 10, body: 16, duration: time.Minute}
+	conns, err := openFleet(ctx, o.n, 4, func(ctx context.Context, i int) (*loadConn, error) {
+		return dialLoad(ctx, addr, i, dialOpts{path: "/tide/ws", tide: true, topic: chanTopicTide, readBuf: 512, track: o.messages})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns.close()
+	if err := waitUntil(ctx, conns, time.Millisecond, "topic-subscribed", func() bool { return conns.caughtUp() == o.n }); err != nil {
+		t.Fatal(err)
+	}
+	post := func(ctx context.Context, datas [][]byte) error {
+		body := `{"topic":"` + chanTopicTide + `","data":[` + string(bytes.Join(datas, []byte(","))) + `]}`
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/publish", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("publish: %s", resp.Status)
+		}
+		return nil
+	}
+	f, err := measureChannel(ctx, o, strings.Repeat("x", o.body), conns, nil, post)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Messages != o.messages || f.Expected != int64(o.n*o.messages) || f.Missing != 0 || f.Duplicates != 0 ||
+		f.FromSend.N != o.n*o.messages || conns.entries() != f.Expected {
+		t.Fatalf("figures %+v, %d entries counted", f, conns.entries())
 	}
 }
