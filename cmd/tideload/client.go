@@ -33,6 +33,8 @@ var (
 	patEntry  = []byte(`{"op":`)
 	patKey    = []byte(`"key":"`)
 	patCursor = []byte(`"cursor":"`)
+	// patMessage counts app channel messages: one per message frame.
+	patMessage = []byte(`"type":"message"`)
 )
 
 const frameTypeOffset = len(`{"v":1,"type":"`)
@@ -42,7 +44,8 @@ const (
 	kindOther = iota
 	kindChanges
 	kindCaughtUp
-	kindBad // error or reset
+	kindBad     // error or reset
+	kindMessage // an app channel message
 )
 
 // loadConn is one load-client connection and the counters of its reader
@@ -74,6 +77,7 @@ type dialOpts struct {
 	tide    bool
 	auth    bool   // send the principal headers the server child reads
 	scope   string // tide: the scope to subscribe to
+	topic   string // tide: subscribe to this app channel topic instead of a scope
 	cursor  string // tide: resume after this cursor ("" for a snapshot)
 	limit   int    // tide: page size asked for (0: server default)
 	round   int    // picks the source addresses, so a second wave of connections does not reuse the first wave's ports
@@ -116,6 +120,9 @@ func dialLoad(ctx context.Context, addr string, i int, o dialOpts) (*loadConn, e
 		sub := []byte(`{"v":1,"type":"subscribe","id":"1","resource":"items","conditions":{"scope":`)
 		sub = strconv.AppendQuote(sub, o.scope)
 		sub = append(sub, '}')
+		if o.topic != "" {
+			sub = append([]byte(`{"v":1,"type":"topic-subscribe","topic":`), strconv.Quote(o.topic)...)
+		}
 		if o.cursor != "" {
 			sub = append(sub, `,"cursor":`...)
 			sub = strconv.AppendQuote(sub, o.cursor)
@@ -181,7 +188,7 @@ func (c *loadConn) readLoop(bufSize int) {
 				c.caughtAt.Store(now)
 			}
 		}
-		if kind != kindChanges {
+		if kind != kindChanges && kind != kindMessage {
 			if !eof {
 				if _, err := io.Copy(io.Discard, r); err != nil {
 					c.readErr = err
@@ -191,7 +198,11 @@ func (c *loadConn) readLoop(bufSize int) {
 			continue
 		}
 		var entries, size int
-		if c.recv != nil {
+		pat := patEntry
+		if kind == kindMessage {
+			pat = patMessage
+		}
+		if c.recv != nil || kind == kindMessage {
 			whole = append(whole[:0], head...)
 			if !eof {
 				var err error
@@ -200,8 +211,10 @@ func (c *loadConn) readLoop(bufSize int) {
 					return
 				}
 			}
-			entries, size = bytes.Count(whole, patEntry), len(whole)
-			c.noteKeys(whole, now)
+			entries, size = bytes.Count(whole, pat), len(whole)
+			if c.recv != nil {
+				c.noteKeys(whole, now)
+			}
 		} else {
 			entries, size, err = countStream(r, buf, n, eof)
 			if err != nil {
@@ -286,8 +299,10 @@ func frameKind(head []byte) int {
 	switch {
 	case bytes.HasPrefix(t, []byte(`changes"`)):
 		return kindChanges
-	case bytes.HasPrefix(t, []byte(`caught-up"`)):
+	case bytes.HasPrefix(t, []byte(`caught-up"`)), bytes.HasPrefix(t, []byte(`topic-subscribed"`)):
 		return kindCaughtUp
+	case bytes.HasPrefix(t, []byte(`message"`)):
+		return kindMessage
 	case bytes.HasPrefix(t, []byte(`error"`)), bytes.HasPrefix(t, []byte(`reset"`)):
 		return kindBad
 	}

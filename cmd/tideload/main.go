@@ -8,6 +8,7 @@
 // Ctrl-C.
 //
 //	tideload fanout  -n 1000            # deliveries/s with scopes and row filter vs a bare gorilla broadcast
+//	tideload channels -n 1000           # app channel topic fan-out vs Centrifugo broadcast
 //	tideload latency -n 1000 -rate 100  # commit-to-client latency on the Postgres feed
 //	tideload replay  -rows 100000       # catch-up replay rows/s vs a plain pgx SELECT
 //	tideload storm   -n 5000 -scopes 50 # reconnect storm: time to catch up, replay queries
@@ -32,6 +33,7 @@ func main() {
 		"serve":          serve,
 		"serve-baseline": serveBaseline,
 		"fanout":         fanout,
+		"channels":       channels,
 		"latency":        latency,
 		"replay":         replay,
 		"storm":          storm,
@@ -53,6 +55,7 @@ func printUsage() {
 	fmt.Fprintln(os.Stderr, `usage: tideload <mode> [flags]
 modes:
   fanout          deliveries/s to N subscribers (scopes + row filter on), vs a bare gorilla/websocket broadcast
+  channels        messages/s and deliveries/s of one app channel topic to N subscribers, vs Centrifugo (-centrifugo)
   latency         commit-to-client latency of Postgres writes at a rate R to N subscribers
   replay          catch-up replay of a Postgres backlog to one client, vs a plain pgx SELECT
   storm           C clients on S scopes dropped and resuming at once: time to catch up, replay queries

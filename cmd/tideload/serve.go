@@ -143,6 +143,9 @@ func serve(args []string) error {
 	}
 
 	mux := http.NewServeMux()
+	if err := registerLoadChannel(engine, mux); err != nil {
+		return err
+	}
 	mux.HandleFunc("GET /debug/stats", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if q.Get("scavenge") != "" {
