@@ -2,8 +2,10 @@ package natsbus
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -82,5 +84,102 @@ func TestRestOf(t *testing.T) {
 		if got := restOf(changes); !slices.Equal(got, tc.want) {
 			t.Errorf("%v: %v, want %v", tc.txs, got, tc.want)
 		}
+	}
+}
+
+// TestTailWholeGroups: commit groups spread over tenants, published in
+// batches that end at commit boundaries while the node tails its interest
+// (one tenant, or both) with small limits the way the engine does
+// (feed.TailCommits): every batch read ends at a commit boundary of the
+// node's interest, and the node gets every change of it once, in order.
+func TestTailWholeGroups(t *testing.T) {
+	for _, both := range []bool{false, true} {
+		t.Run(fmt.Sprintf("both=%v", both), func(t *testing.T) {
+			nc := connect(t)
+			f := newFeed()
+			opts := testOptions(t, nc)
+			opts.Prefetch = 2
+			pub := publisher(t, nc, f, opts, 0)
+			node := newBus(t, nc, f, opts)
+			ctx := testCtx(t, 60*time.Second)
+			topics := []feed.Topic{{Resource: "items", Tenant: "t1"}}
+			if both {
+				topics = append(topics, feed.Topic{Resource: "items", Tenant: "t2"})
+			}
+			if _, err := node.AddInterest(ctx, topics); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(7, 9))
+			// 120 groups of 1 to 5 changes over both tenants; some without
+			// a group (Tx zero).
+			var all [][]feed.Change
+			pos := feed.Position(0)
+			for g := range 120 {
+				var group []feed.Change
+				tx := uint64(g + 1)
+				if g%11 == 0 {
+					tx = 0
+				}
+				for range 1 + rng.IntN(5) {
+					pos++
+					c := change(pos, "items", []string{"t1", "t2"}[rng.IntN(2)])
+					c.Tx = tx
+					group = append(group, c)
+					if tx == 0 {
+						break
+					}
+				}
+				all = append(all, group)
+			}
+			mine := func(c feed.Change) bool { return both || c.Scope[0] == "t1" }
+			var want []feed.Position
+			end := map[feed.Position]feed.Position{} // a change → the last change of its group the node gets
+			for _, g := range all {
+				var last feed.Position
+				for _, c := range g {
+					if mine(c) {
+						want, last = append(want, c.Pos), c.Pos
+					}
+				}
+				for _, c := range g {
+					end[c.Pos] = last
+				}
+			}
+			done := make(chan error, 1)
+			go func() { // batches of 1 to 3 groups, while the node reads
+				rng := rand.New(rand.NewPCG(7, 10))
+				for i := 0; i < len(all); {
+					var batch []feed.Change
+					for n := 1 + rng.IntN(3); n > 0 && i < len(all); n-- {
+						batch, i = append(batch, all[i]...), i+1
+					}
+					if _, _, err := pub.Publish(ctx, batch); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			var got []feed.Position
+			after := feed.Position(0)
+			for len(got) < len(want) {
+				limit := 1 + rng.IntN(4)
+				cs, err := feed.TailCommits(ctx, node, after, limit)
+				if err != nil {
+					t.Fatalf("tail after %d (have %d of %d): %v", after, len(got), len(want), err)
+				}
+				last := cs[len(cs)-1].Pos
+				if end[last] != last {
+					t.Fatalf("a batch (limit %d) ends at %d, inside a group that goes on to %d: %v", limit, last, end[last], positions(cs))
+				}
+				got, after = append(got, positions(cs)...), last
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("got %v\nwant %v", got, want)
+			}
+		})
 	}
 }
