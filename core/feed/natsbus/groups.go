@@ -3,6 +3,7 @@ package natsbus
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,7 +79,7 @@ func (b *Bus) wholeGroups(ctx context.Context, rd *reader, kick <-chan struct{},
 		cut--
 	}
 	if cut > 0 {
-		rd.held = append(rd.held, batch[cut:]...)
+		rd.held = slices.Concat(batch[cut:], rd.held)
 		batch = batch[:cut]
 	}
 	return batch

@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -164,7 +165,7 @@ func TestTailWholeGroups(t *testing.T) {
 			after := feed.Position(0)
 			for len(got) < len(want) {
 				limit := 1 + rng.IntN(4)
-				cs, err := feed.TailCommits(ctx, node, after, limit)
+				cs, err := feed.TailCommits(ctx, checked{t, node, end}, after, limit)
 				if err != nil {
 					t.Fatalf("tail after %d (have %d of %d): %v", after, len(got), len(want), err)
 				}
@@ -182,4 +183,28 @@ func TestTailWholeGroups(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checked is a bus whose Tail results must hold the Bus contract: at most
+// limit changes, and a shorter result ends at a commit boundary (end maps a
+// change to the last change of its group the node gets).
+type checked struct {
+	t   *testing.T
+	b   *Bus
+	end map[feed.Position]feed.Position
+}
+
+func (c checked) Tail(ctx context.Context, after feed.Position, limit int) ([]feed.Change, error) {
+	cs, err := c.b.Tail(ctx, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	last := cs[len(cs)-1].Pos
+	switch {
+	case len(cs) > limit:
+		c.t.Errorf("Tail(%d, %d) returned %d changes: %v", after, limit, len(cs), positions(cs))
+	case len(cs) < limit && c.end[last] != last:
+		c.t.Errorf("Tail(%d, %d) returned %v, ending inside a group that goes on to %d", after, limit, positions(cs), c.end[last])
+	}
+	return cs, nil
 }

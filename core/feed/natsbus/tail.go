@@ -177,6 +177,9 @@ func (b *Bus) read(ctx context.Context, p tailPlan, limit int) ([]feed.Change, e
 func (b *Bus) receive(ctx context.Context, rd *reader, kick <-chan struct{}, limit int) ([]jetstream.Msg, error) {
 	batch, held := rd.held, len(rd.held)
 	rd.held = nil
+	if len(batch) > limit { // a smaller limit than the last read's
+		batch, rd.held = batch[:limit:limit], batch[limit:]
+	}
 	if held == 0 {
 		idle := time.NewTimer(b.opts.idleProbe)
 		defer idle.Stop()
