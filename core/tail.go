@@ -95,41 +95,15 @@ func (e *Engine) tailLoop() {
 
 // tailCommits reads the bus after pos, never ending a batch inside a commit
 // group (feed.Change.Tx), so a subscription receives a commit's changes in
-// one frame: a full batch's trailing group is left for the next read, and a
-// group larger than the batch is read whole, up to maxCommitGroup changes.
+// one frame (feed.TailCommits).
 func (e *Engine) tailCommits(ctx context.Context, pos feed.Position, limit int) ([]feed.Change, error) {
-	for {
-		changes, err := e.bus.src.Tail(ctx, pos, limit)
-		if err != nil || len(changes) < limit {
-			return changes, err
-		}
-		if cut := commitCut(changes); cut > 0 {
-			return changes[:cut], nil
-		} else if cut == 0 && limit < maxCommitGroup {
-			limit = min(2*limit, maxCommitGroup)
-			continue
-		}
-		return changes, nil
-	}
+	return feed.TailCommits(ctx, e.bus.src, pos, limit)
 }
 
 // maxCommitGroup bounds the changes of one commit group the engine holds
-// to deliver them together. A larger group (a bulk import; on Postgres, a
-// backlog the sequencer moved in one step, or a change log restored from a
-// dump) is delivered in pieces, as without groups.
-const maxCommitGroup = 1 << 14
+// to deliver them together (feed.MaxCommitGroup).
+const maxCommitGroup = feed.MaxCommitGroup
 
-// commitCut returns where the trailing commit group of changes starts:
-// len(changes) if the last change is a group of its own (unknown Tx), 0 if
-// every change belongs to it.
-func commitCut(changes []feed.Change) int {
-	last := &changes[len(changes)-1]
-	if last.Tx == 0 {
-		return len(changes)
-	}
-	i := len(changes) - 1
-	for i > 0 && feed.SameCommit(&changes[i-1], last) {
-		i--
-	}
-	return i
-}
+// commitCut returns where the trailing commit group of changes starts
+// (feed.CommitCut).
+func commitCut(changes []feed.Change) int { return feed.CommitCut(changes) }

@@ -35,12 +35,15 @@
 //
 //	{"pos":42,"resource":"todos","op":"upsert","key":"t1",
 //	 "scope":["p7"],"row":{...},"origin":"dev-1",
-//	 "prev_known":true,"prev":{...}}
+//	 "prev_known":true,"prev":{...},"tx":981,"rest":2}
 //
 // op is "upsert" or "delete"; row (the new row, or the old one of a delete)
 // and origin are left out when empty, and so are prev_known and prev: the
 // feed's record of an upsert's previous version (feed.Change.PrevKnown and
-// Prev), carried as the feed recorded it.
+// Prev), carried as the feed recorded it; and tx and rest: the change's
+// commit group (feed.Change.Tx) and how many changes of that group follow
+// it, at the next stream sequences (a message without tx is a group of its
+// own).
 //
 // # Guarantees
 //
@@ -67,6 +70,12 @@
 //     older than the stream holds, and when a chain started after what the
 //     node knows (the stream was found empty, or the replicator had to
 //     restart past Postgres's retention).
+//   - Whole commits: the replicator publishes whole commit groups, and Tail
+//     ends a batch at a commit boundary: a batch whose last group goes on
+//     waits until the stream holds the rest of it and the consumer has
+//     delivered every message of its filter up to there; a full batch
+//     leaves its trailing group for the next read. So a node never
+//     delivers part of a transaction.
 //   - Disconnects: a consumer that misses heartbeats, is deleted, or
 //     delivers with a gap (messages lost while reconnecting) is replaced by
 //     one starting right after the last message returned.

@@ -37,6 +37,13 @@ type msgMeta struct {
 	Pos   feed.Position // the change's position
 	Prev  feed.Position // the position of the change before it in its chain
 	Base  feed.Position // the position after which its chain starts
+
+	// Rest is how many changes of the change's commit group (Change.Tx)
+	// the chain holds after it (they are the next ones): a node that read
+	// the change has its whole group, as far as its interest goes, once it
+	// has read the messages up to Rest stream sequences after it. Carried
+	// in the body; zero for a change without a group or the last of one.
+	Rest int
 }
 
 // body is the JSON body of a message: the change as feed.Change holds it.
@@ -52,6 +59,10 @@ type body struct {
 	// only), left out when false and empty.
 	PrevKnown bool            `json:"prev_known,omitempty"`
 	Prev      json.RawMessage `json:"prev,omitempty"`
+	// Tx carries Change.Tx (its commit group) and Rest msgMeta.Rest, left
+	// out when zero: a message without tx is a group of its own.
+	Tx   uint64 `json:"tx,omitempty"`
+	Rest int    `json:"rest,omitempty"`
 }
 
 // tenantOf returns the tenant of a change: its first scope value, "" if its
@@ -69,12 +80,13 @@ func tenantOf(c *feed.Change) string {
 //	headers  Nats-Msg-Id: <epoch>.<pos>   Tide-Epoch, Tide-Pos, Tide-Prev, Tide-Base
 //	body     {"pos":42,"resource":"todos","op":"upsert","key":"t1",
 //	          "scope":["p7"],"row":{...},"origin":"dev-1",
-//	          "prev_known":true,"prev":{...}}
+//	          "prev_known":true,"prev":{...},"tx":981,"rest":2}
 //
 // op is "upsert" or "delete"; row (the new row, or the old one of a delete),
 // origin, prev_known and prev (the feed's record of an upsert's previous
-// version, Change.PrevKnown and Change.Prev) are left out when empty. m.Pos
-// must equal c.Pos.
+// version, Change.PrevKnown and Change.Prev), tx (Change.Tx, the commit
+// group) and rest (m.Rest, the changes of the group after this one) are left
+// out when empty. m.Pos must equal c.Pos.
 func encodeMessage(prefix string, c *feed.Change, m msgMeta) (*nats.Msg, error) {
 	if m.Pos != c.Pos {
 		return nil, fmt.Errorf("natsbus: meta position %d for a change at %d", m.Pos, c.Pos)
@@ -91,9 +103,13 @@ func encodeMessage(prefix string, c *feed.Change, m msgMeta) (*nats.Msg, error) 
 	if (c.PrevKnown || len(c.Prev) > 0) && (c.Op != feed.OpUpsert || !c.PrevKnown) {
 		return nil, fmt.Errorf("natsbus: change at %d has a previous version, which only an upsert with PrevKnown has", c.Pos)
 	}
+	if err := checkRest(c.Tx, m.Rest); err != nil {
+		return nil, fmt.Errorf("natsbus: change at %d: %w", c.Pos, err)
+	}
 	data, err := json.Marshal(body{
 		Pos: uint64(c.Pos), Resource: c.Resource, Op: c.Op.String(), Key: c.Key,
 		Scope: c.Scope, Row: c.Row, Origin: c.Origin, PrevKnown: c.PrevKnown, Prev: c.Prev,
+		Tx: c.Tx, Rest: m.Rest,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: encode change at %d: %w", c.Pos, err)
@@ -143,11 +159,24 @@ func (m msgMeta) check() error {
 
 var errNotObject = errors.New("row is not a JSON object")
 
+// checkRest checks a message's rest: only a change of a group (tx not
+// zero) has others after it, at most feed.MaxCommitGroup-1.
+func checkRest(tx uint64, rest int) error {
+	switch {
+	case rest < 0 || rest >= feed.MaxCommitGroup:
+		return fmt.Errorf("rest %d out of range [0, %d)", rest, feed.MaxCommitGroup)
+	case rest > 0 && tx == 0:
+		return fmt.Errorf("rest %d without a tx", rest)
+	}
+	return nil
+}
+
 // decodeMessage decodes a message made by encodeMessage. It checks the
 // headers (decodeMeta), that the body is a change at the headers' position
 // with a resource, a valid op and, if present, a row that is a JSON object,
-// and a previous version only on an upsert that says it is known, as a
-// JSON object.
+// a previous version only on an upsert that says it is known, as a
+// JSON object, and a rest in range, only with a tx. A body without tx (a
+// message of an earlier version) decodes with Tx zero: a group of its own.
 // The subject is routing only and is not read: the body is the truth that
 // fan-out matches.
 func decodeMessage(h nats.Header, data []byte) (msgMeta, feed.Change, error) {
@@ -159,7 +188,7 @@ func decodeMessage(h nats.Header, data []byte) (msgMeta, feed.Change, error) {
 	if err := json.Unmarshal(data, &b); err != nil {
 		return msgMeta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", err)
 	}
-	c := feed.Change{Pos: feed.Position(b.Pos), Resource: b.Resource, Key: b.Key, Scope: b.Scope, Origin: b.Origin}
+	c := feed.Change{Pos: feed.Position(b.Pos), Resource: b.Resource, Key: b.Key, Scope: b.Scope, Origin: b.Origin, Tx: b.Tx}
 	switch b.Op {
 	case "upsert":
 		c.Op = feed.OpUpsert
@@ -189,6 +218,10 @@ func decodeMessage(h nats.Header, data []byte) (msgMeta, feed.Change, error) {
 		}
 		c.PrevKnown, c.Prev = true, b.Prev
 	}
+	if err := checkRest(b.Tx, b.Rest); err != nil {
+		return msgMeta{}, feed.Change{}, fmt.Errorf("natsbus: body: %w", err)
+	}
+	m.Rest = b.Rest
 	return m, c, nil
 }
 

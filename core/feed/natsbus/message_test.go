@@ -124,6 +124,8 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"upsert","row":{"a":1},"prev_known":true,"prev":{ "a" : 2 }}`))
 	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"upsert","row":{"a":1},"prev_known":true}`))
 	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"delete","prev_known":false,"prev":null}`))
+	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"upsert","tx":7,"rest":3}`))
+	f.Add("E", "3", "2", "1", []byte(`{"pos":3,"resource":"r","op":"upsert","rest":3}`))
 	f.Fuzz(func(t *testing.T, epoch, pos, prev, base string, body []byte) {
 		h := nats.Header{}
 		h.Set(HeaderEpoch, epoch)

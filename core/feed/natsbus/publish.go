@@ -71,7 +71,9 @@ func (b *Bus) Resume(ctx context.Context, epoch string, head feed.Position, fres
 }
 
 // Publish publishes changes, in position order and each after the last
-// published, pipelining the acknowledgements. It returns how many were
+// published, pipelining the acknowledgements. changes should end at a
+// commit boundary (feed.TailCommits): each message says how many changes
+// of its group follow it in changes, and nodes deliver a group together. It returns how many were
 // stored and how many the stream acknowledged as duplicates (already
 // stored by another publisher). Any error, a duplicate included (the
 // stream moved under this publisher: ErrFenced), ends the term's
@@ -91,12 +93,13 @@ func (b *Bus) Publish(ctx context.Context, changes []feed.Change) (stored, dupli
 		return stored, duplicates, e
 	}
 	prev := p.prev
+	rest := restOf(changes)
 	for i := range changes {
 		c := &changes[i]
 		if c.Pos <= prev {
 			return fail(fmt.Errorf("natsbus: change at %d is not after %d", c.Pos, prev))
 		}
-		msg, err := encodeMessage(b.opts.Prefix, c, msgMeta{Epoch: p.epoch, Pos: c.Pos, Prev: prev, Base: p.base})
+		msg, err := encodeMessage(b.opts.Prefix, c, msgMeta{Epoch: p.epoch, Pos: c.Pos, Prev: prev, Base: p.base, Rest: rest[i]})
 		if err != nil {
 			return fail(err)
 		}

@@ -31,6 +31,11 @@ type reader struct {
 
 	lastDseq  uint64 // consumer sequence of the last delivery; only the handler touches it
 	processed uint64 // consumer sequence of the last message Tail committed (Bus.mu)
+
+	// held are messages received and not yet committed, read first by
+	// Tail's next receive: a trailing commit group left for the next batch.
+	// Only Tail touches it.
+	held []jetstream.Msg
 }
 
 // handle is the consumer's message handler: it hands m to Tail, or fails

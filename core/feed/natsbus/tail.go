@@ -171,37 +171,45 @@ func (b *Bus) read(ctx context.Context, p tailPlan, limit int) ([]feed.Change, e
 }
 
 // receive waits for the reader's next messages and returns up to limit of
-// them; nil when kick fired or the reader failed (it is then replaced); an
-// empty batch when nothing arrived for the idle-probe interval.
+// them, ending at a commit boundary (wholeGroups); nil when kick fired or
+// the reader failed (it is then replaced); an empty batch when nothing
+// arrived for the idle-probe interval.
 func (b *Bus) receive(ctx context.Context, rd *reader, kick <-chan struct{}, limit int) ([]jetstream.Msg, error) {
-	idle := time.NewTimer(b.opts.idleProbe)
-	defer idle.Stop()
-	select {
-	case <-idle.C:
-		return []jetstream.Msg{}, nil
-	case m := <-rd.ch:
-		batch := []jetstream.Msg{m}
-		for len(batch) < limit {
-			select {
-			case m := <-rd.ch:
-				batch = append(batch, m)
-				continue
-			default:
-			}
-			break
+	batch, held := rd.held, len(rd.held)
+	rd.held = nil
+	if len(batch) > limit { // a smaller limit than the last read's
+		batch, rd.held = batch[:limit:limit], batch[limit:]
+	}
+	if held == 0 {
+		idle := time.NewTimer(b.opts.idleProbe)
+		defer idle.Stop()
+		select {
+		case <-idle.C:
+			return []jetstream.Msg{}, nil
+		case m := <-rd.ch:
+			batch = []jetstream.Msg{m}
+		case err := <-rd.errc:
+			b.failed(rd, err)
+			return nil, nil
+		case <-kick:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		b.stats.received.Add(int64(len(batch)))
-		return batch, nil
-	case err := <-rd.errc:
-		b.stats.readerFails.Add(1)
-		b.log.Warn("natsbus: consumer failed; recreating it from the last message returned", "stream", b.opts.Stream, "err", err)
-		b.retire(rd)
-		return nil, nil
-	case <-kick:
-		return nil, nil
-	case <-ctx.Done():
+	}
+	batch = b.wholeGroups(ctx, rd, kick, drain(rd, batch, limit), limit)
+	if batch == nil {
 		return nil, ctx.Err()
 	}
+	b.stats.received.Add(int64(len(batch) + len(rd.held) - held))
+	return batch, nil
+}
+
+// failed replaces a reader whose consumer failed.
+func (b *Bus) failed(rd *reader, err error) {
+	b.stats.readerFails.Add(1)
+	b.log.Warn("natsbus: consumer failed; recreating it from the last message returned", "stream", b.opts.Stream, "err", err)
+	b.retire(rd)
 }
 
 // sequences returns the stream sequence of each message of a batch and the

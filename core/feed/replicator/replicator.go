@@ -83,8 +83,10 @@ type Config struct {
 	// is harmless). Zero value: 1 minute. Negative: the replicator does not
 	// prune.
 	PruneInterval time.Duration
-	// Batch is the most changes read from the feed and published at once.
-	// Zero value: 1024.
+	// Batch is the most changes read from the feed and published at once
+	// (more for a commit group larger than it, up to feed.MaxCommitGroup):
+	// a batch ends at a commit boundary, so nodes deliver each group
+	// whole. Zero value: 1024.
 	Batch int
 
 	// Logger receives operational events. Zero value: slog.Default().
@@ -557,7 +559,9 @@ func (r *Replicator) publish(ctx context.Context) {
 		r.update(func(s *Status) { s.LastPublished, s.Ready, s.Reason = after, true, "" })
 		last := after // the last position published
 		for ctx.Err() == nil {
-			changes, err := f.Tail(ctx, after, r.cfg.Batch)
+			// Whole commit groups: nodes deliver the changes of a group
+			// together once they have all of them.
+			changes, err := feed.TailCommits(ctx, f, after, r.cfg.Batch)
 			if errors.Is(err, feed.ErrCursorExpired) {
 				// The transport's last change is older than what the feed
 				// retains: start a new chain at the head (nodes resync).
