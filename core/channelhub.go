@@ -31,7 +31,8 @@ type chanHub struct {
 	topics   map[string]*topicState
 	conns    map[*conn]*connTopics
 	seq      uint64  // member ids
-	kicks    []*conn // deliverLocked's writers to start, reused
+	kicks    []*conn       // connections with queued messages for the flusher (flushLoop)
+	flush    chan struct{} // wakes flushLoop; buffered 1
 
 	out      chan feed.Broadcast // to the sender goroutine
 	started  bool                // guarded by mu
@@ -99,6 +100,7 @@ func newChanHub(e *Engine) *chanHub {
 		shapes: map[string]bool{},
 		topics: map[string]*topicState{},
 		conns:  map[*conn]*connTopics{},
+		flush:  make(chan struct{}, 1),
 	}
 	if b, ok := e.bus.src.(feed.Broadcaster); ok {
 		h.src = b
@@ -168,11 +170,12 @@ func (h *chanHub) ensureStarted() bool {
 	}
 	h.started = true
 	h.out = make(chan feed.Broadcast, e.cfg.Channels.BroadcastQueue)
-	e.wg.Add(2)
+	e.wg.Add(3)
 	e.mu.Unlock()
 	h.mu.Unlock()
 	go h.sendLoop()
 	go h.tickLoop()
+	go h.flushLoop()
 	if h.src == nil {
 		return true
 	}
@@ -404,21 +407,45 @@ func (h *chanHub) publish(topic string, data []byte, from string) {
 	h.broadcastLocked(feed.Broadcast{Kind: feed.BroadcastMessage, Topic: topic, Data: data, From: from})
 }
 
-// deliverLocked queues a message frame to every subscriber of t.
+// deliverLocked queues a message frame to every subscriber of t, in
+// publish order, and leaves the writing to flushLoop: messages published
+// while it writes are queued meanwhile and go out together, one write per
+// connection for all of them.
 func (h *chanHub) deliverLocked(t *topicState, frame []byte) {
 	n := int64(0)
-	kicks := h.kicks[:0]
 	for s := range t.subs {
-		if s.c.sendChannelKick(frame, &kicks) {
+		if s.c.sendChannelKick(frame, &h.kicks) {
 			n++
 		} else {
 			h.stats.dropped.Add(1)
 		}
 	}
-	h.e.hub.flushKicked(kicks)
-	clear(kicks)
-	h.kicks = kicks[:0]
 	h.stats.delivered.Add(n)
+	if len(h.kicks) > 0 {
+		select {
+		case h.flush <- struct{}{}:
+		default: // already signalled
+		}
+	}
+}
+
+// flushLoop writes the connections deliverLocked queued messages for,
+// outside the hub's lock, until the engine stops.
+func (h *chanHub) flushLoop() {
+	defer h.e.wg.Done()
+	var kicks []*conn
+	for {
+		select {
+		case <-h.flush:
+		case <-h.e.ctx.Done():
+			return
+		}
+		h.mu.Lock()
+		kicks, h.kicks = h.kicks, kicks[:0]
+		h.mu.Unlock()
+		h.e.hub.flushKicked(kicks)
+		clear(kicks)
+	}
 }
 
 // presenceListLocked returns t's members, this node's and the others'.
