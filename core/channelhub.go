@@ -30,7 +30,7 @@ type chanHub struct {
 	shapes   map[string]bool
 	topics   map[string]*topicState
 	conns    map[*conn]*connTopics
-	seq      uint64  // member ids
+	seq      uint64        // member ids
 	kicks    []*conn       // connections with queued messages for the flusher (flushLoop)
 	flush    chan struct{} // wakes flushLoop; buffered 1
 
