@@ -371,20 +371,24 @@ func (e *Engine) runMutation(ctx context.Context, p authz.Principal, origin stri
 	return frame, pos, nil
 }
 
-// advanceWait bounds how long a connection's mutation queue waits for the
-// fan-out to dispatch an acknowledged write before moving on (the tailer
-// is behind: the subscriptions advance with their next change instead).
-const advanceWait = 5 * time.Second
+// advanceWait is how often advanceSubs, waiting for the fan-out to
+// dispatch an acknowledged write, checks that its connection is still open.
+var advanceWait = 5 * time.Second
 
 // advanceSubs moves every subscription of c to pos, the position its
 // client's mutation was acknowledged at, once the fan-out has dispatched
 // through pos: so the client learns that its copies reflect the write even
 // when the write changed nothing in their scopes (a live subscription
 // behind pos gets an empty changes frame at pos; one catching up, at the
-// end of its catch-up).
+// end of its catch-up). It waits for as long as the connection is open: a
+// tailer held up (the bus reconnecting) still advances them afterwards,
+// since a scope that stays quiet would otherwise never reach pos and its
+// client would wait for the write forever.
 func (c *conn) advanceSubs(pos feed.Position) {
-	if !c.e.cache.recent.await(c.e.ctx, pos, advanceWait) {
-		return
+	for !c.e.cache.recent.await(c.e.ctx, pos, advanceWait) {
+		if c.e.ctx.Err() != nil || c.isClosing() {
+			return
+		}
 	}
 	c.mu.Lock()
 	subs := make([]*subscription, 0, len(c.subs))

@@ -11,6 +11,8 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/protocol"
 )
 
@@ -295,5 +297,60 @@ func TestMutatorDeclarations(t *testing.T) {
 	}
 	if err := core.AddMutator(s.todos, "dup", core.Mutator[addArgs]{Run: run}); !errors.Is(err, core.ErrInvalidResource) {
 		t.Errorf("duplicate AddMutator = %v", err)
+	}
+}
+
+// heldBus is a bus whose Tail, while hold is set, keeps each batch it read
+// for hold before returning it: a tailer held up, as while the bus
+// reconnects.
+type heldBus struct {
+	feed.Bus
+	hold atomic.Int64 // nanoseconds
+}
+
+func (b *heldBus) Tail(ctx context.Context, after feed.Position, limit int) ([]feed.Change, error) {
+	changes, err := b.Bus.Tail(ctx, after, limit)
+	if d := time.Duration(b.hold.Load()); d > 0 && len(changes) > 0 {
+		t := time.NewTimer(d) // the fault: the batch arrives late
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return changes, err
+}
+
+// TestMutateAdvancesQuietScopesAfterASlowTailer: when the tailer
+// dispatches an acknowledged write long after the ack (far more than the
+// connection's check interval), the writer's other subscription, whose
+// scope the write did not touch and which gets no other change, still
+// receives an empty changes frame at the ack's cursor, so its client knows
+// its copy reflects the write.
+func TestMutateAdvancesQuietScopesAfterASlowTailer(t *testing.T) {
+	core.SetAdvanceWait(t, 10*time.Millisecond)
+	mf := memfeed.New(memfeed.Options{})
+	bus := &heldBus{Bus: mf}
+	s := newServer(t, core.Config{Feed: mf, Bus: bus})
+	addMutators(t, s)
+	c := s.dial(t, "alice", "p7", "p8")
+	c.hello()
+	c.Subscribe("a", "todos", map[string]any{"project_id": "p7"})
+	c.Collect("a")
+	c.Subscribe("b", "todos", map[string]any{"project_id": "p8"})
+	c.Collect("b")
+	bus.hold.Store(int64(20 * 10 * time.Millisecond))
+	c.Send(mutateFrame("k1", "add", addArgs{ID: "t1", ProjectID: "p7", Title: "ship"}, time.Now()))
+	ack := c.Expect(protocol.FrameAck)
+	got := map[string]protocol.ServerFrame{}
+	for len(got) < 2 {
+		f := c.Expect(protocol.FrameChanges)
+		got[f.ID] = f
+	}
+	if f := got["a"]; f.Cursor != ack.Cursor || len(f.Entries) != 1 {
+		t.Errorf("the written scope got %+v, want the row at the ack's cursor %s", f, ack.Cursor)
+	}
+	if f := got["b"]; f.Cursor != ack.Cursor || len(f.Entries) != 0 {
+		t.Errorf("the quiet scope got %+v, want no entries at the ack's cursor %s", f, ack.Cursor)
 	}
 }
