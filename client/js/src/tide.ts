@@ -291,6 +291,8 @@ export interface ScopeCopy {
   base: Map<string, Row>;
   cursor: string;
   view: Map<string, Row>;
+  /** The server refused the scope and nothing was applied since: it holds no mutation back from settling. */
+  refused?: boolean;
 }
 
 function rowsEqual(a: Map<string, Row>, b: Map<string, Row>): boolean {
@@ -417,13 +419,13 @@ export class Replica {
     return this.log.splice(i, 1)[0]!;
   }
 
-  /** Drops the landed items whose ack cursor every scope of their resources has reached. */
+  /** Drops the landed items whose ack cursor every scope of their resources (but a refused one) has reached. */
   settle(): LogItem[] {
     const done: LogItem[] = [];
     this.log = this.log.filter((it) => {
       if (!it.acked) return true;
       const res = new Set([it.resource, ...it.ops.map((o) => o.resource)].filter((r) => r !== ""));
-      for (const sc of this.scopes.values()) if (res.has(sc.resource) && newer(it.cursor, sc.cursor)) return true;
+      for (const sc of this.scopes.values()) if (!sc.refused && res.has(sc.resource) && newer(it.cursor, sc.cursor)) return true;
       done.push(it);
       return false;
     });
@@ -1153,6 +1155,7 @@ export class Client {
     if (sub !== s.sub && this.status.snap.transport === "ws") return; // the subscription ended meanwhile: not installed
     c.base = next;
     c.cursor = cursor;
+    c.refused = false;
     this.changed(this.replica.refresh([c.resource]));
   }
 
@@ -1252,6 +1255,10 @@ export class Client {
     if (FATAL_SUB_CODES.includes(f.code)) {
       s.stopped = true;
       s._set("error", { code: f.code, message: f.message });
+      if (s.copy) {
+        s.copy.refused = true; // it brings nothing until allowed again
+        this.settle();
+      }
       return this.updateStatus();
     }
     // Transient (internal, unavailable, too_many_subscriptions ...): try again later.
