@@ -1,7 +1,7 @@
 // Command tidefault runs tide under faults with real processes and checks
 // that no client lost, leaked or doubled anything.
 //
-//	go run ./cmd/tidefault run -size 1
+//	go run ./cmd/tidefault run -size 1 -restart-postgres -restart-nats
 //
 // For each bus configuration (-bus pg,nats: nodes fanning out through the
 // Postgres change log, then through NATS JetStream) it starts three app
@@ -13,17 +13,18 @@
 // visibility flips, deletes, multi-row transactions) and the clients'
 // optimistic mutations, each with its idempotency key. Meanwhile, at
 // random: kill -9 of a node (of the sequencer's or the replicator
-// leader's node too), a restart of Postgres and of NATS, a client whose
-// network stalls past the nodes' idle timeout, and a client process
-// restarting from its store file.
+// leader's node too), a client whose network stalls past the nodes' idle
+// timeout, a client process restarting from its store file and, with
+// -restart-postgres and -restart-nats, a restart of Postgres and of NATS.
 //
 // Then an independent checker compares every client's store file with the
 // database and prints one final line: lost, leaked, ghost (deleted rows
 // kept), applied twice, regressed cursors, pending and rejected
 // mutations, unconverged clients. The exit status is 1 when any is not 0.
 //
-// Postgres and NATS are shared: the run restarts them only with the
-// commands CI starts them with, and leaves them up if they were up. With
+// Postgres and NATS are shared: the run restarts them only when asked, only
+// with the commands CI starts them with, and leaves them up if they were
+// up (CI runs it last, with both restarts). With
 // CI=true a missing service is a failure; otherwise the run is skipped.
 package main
 
@@ -91,9 +92,10 @@ func run(args []string) error {
 	fs.IntVar(&rc.clients, "clients", 6, "Go clients, spread over the nodes")
 	fs.IntVar(&rc.tenants, "tenants", 4, "tenants; each client syncs two it may see, writes those and a third, and is refused a fourth")
 	fs.DurationVar(&rc.idle, "idle", 3*time.Second, "the nodes' idle timeout; a stall lasts 1.5 to 2.5 times it")
-	fs.DurationVar(&rc.faultEvery, "fault-every", 2500*time.Millisecond, "mean pause between two faults")
+	fs.DurationVar(&rc.faultEvery, "fault-every", 2*time.Second, "mean pause between two faults")
 	fs.DurationVar(&rc.serviceEvery, "service-every", 15*time.Second, "least time between two restarts of Postgres (or of NATS)")
-	fs.BoolVar(&rc.services, "services", true, "restart Postgres and NATS as faults (they are shared: only where nothing else depends on them)")
+	fs.BoolVar(&rc.restartPG, "restart-postgres", false, "also restart Postgres as a fault (it is shared: only where nothing else uses it, as the last step of CI)")
+	fs.BoolVar(&rc.restartNATS, "restart-nats", false, "also restart NATS as a fault, with the bus nats (shared too)")
 	fs.DurationVar(&rc.converge, "converge", 2*time.Minute, "bound on the wait for every client to converge")
 	fs.Uint64Var(&rc.seed, "seed", 0, "random seed (0: from the clock; printed)")
 	keep := fs.Bool("keep", false, "keep the run's directory (node logs, store files)")
@@ -134,8 +136,11 @@ func run(args []string) error {
 		fmt.Printf("tidefault: skipped: a service is missing (%s)\n", msg)
 		return nil
 	}
-	if rc.services && (rc.pgAddr != pgAddr || rc.natsAddr != natsAddr) {
-		return fmt.Errorf("-services restarts this machine's Postgres (%s) and NATS (%s); the run's are %s and %s (use -services=false)", pgAddr, natsAddr, rc.pgAddr, rc.natsAddr)
+	if rc.restartPG && rc.pgAddr != pgAddr {
+		return fmt.Errorf("-restart-postgres restarts this machine's Postgres (%s); the run's is %s", pgAddr, rc.pgAddr)
+	}
+	if rc.restartNATS && rc.natsAddr != natsAddr {
+		return fmt.Errorf("-restart-nats restarts this machine's NATS (%s); the run's is %s", natsAddr, rc.natsAddr)
 	}
 	if rc.dir, err = os.MkdirTemp("", "tidefault-"); err != nil {
 		return err
@@ -149,8 +154,8 @@ func run(args []string) error {
 		}
 	}()
 
-	fmt.Printf("tidefault: seed=%d size=%d buses=%s nodes=%d clients=%d tenants=%d phase=%s idle=%s dir=%s\n",
-		rc.seed, rc.size, *buses, rc.nodes, rc.clients, rc.tenants, rc.phase(), rc.idle, rc.dir)
+	fmt.Printf("tidefault: seed=%d size=%d buses=%s nodes=%d clients=%d tenants=%d phase=%s idle=%s restart_postgres=%v restart_nats=%v dir=%s\n",
+		rc.seed, rc.size, *buses, rc.nodes, rc.clients, rc.tenants, rc.phase(), rc.idle, rc.restartPG, rc.restartNATS, rc.dir)
 	start := time.Now()
 	ectx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	err = ensureDatabase(ectx, rc.dsn)

@@ -30,7 +30,8 @@ type runConfig struct {
 	idle          time.Duration
 	faultEvery    time.Duration // mean pause between two faults
 	serviceEvery  time.Duration // least time between two restarts of one service
-	services      bool          // restart Postgres and NATS as faults
+	restartPG     bool          // restart Postgres as a fault
+	restartNATS   bool          // restart NATS as a fault (bus nats)
 	converge      time.Duration // bound on the wait for convergence
 	seed          uint64
 	dir           string
@@ -314,10 +315,18 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 	var nodeErrMu sync.Mutex
 	var nodeErr error
 	lastService := map[string]time.Time{}
-	kinds := make([]string, 0, len(faultKinds))
+	// The faults this configuration injects: one of each first, in a
+	// random order, then at random by weight.
+	var enabled []string
+	total := 0
 	for _, k := range faultKinds {
-		kinds = append(kinds, k.name)
+		if (k.name == "pg-restart" && !rc.restartPG) || (k.name == "nats-restart" && (!rc.restartNATS || bus != "nats")) {
+			continue
+		}
+		enabled = append(enabled, k.name)
+		total += k.weight
 	}
+	kinds := slices.Clone(enabled)
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	pick := func() string {
 		if len(kinds) > 0 {
@@ -325,12 +334,11 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 			kinds = kinds[1:]
 			return k
 		}
-		total := 0
-		for _, k := range faultKinds {
-			total += k.weight
-		}
 		r := rng.IntN(total)
 		for _, k := range faultKinds {
+			if !slices.Contains(enabled, k.name) {
+				continue
+			}
 			if r < k.weight {
 				return k.name
 			}
@@ -415,11 +423,7 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 			}
 			res.faults[kind]++
 		case "pg-restart", "nats-restart":
-			if kind == "nats-restart" && bus != "nats" {
-				res.skipped[kind+"(pg bus)"]++
-				continue
-			}
-			if !rc.services || time.Since(lastService[kind]) < rc.serviceEvery {
+			if time.Since(lastService[kind]) < rc.serviceEvery {
 				res.skipped[kind]++
 				continue
 			}
