@@ -28,19 +28,25 @@ type dbState struct {
 
 // storeFile is the subset of a client's store file the checker reads.
 type storeFile struct {
-	Records []struct {
-		Digest     string                     `json:"digest"`
-		Resource   string                     `json:"resource"`
-		Conditions map[string]json.RawMessage `json:"conditions"`
-		Cursor     string                     `json:"cursor"`
-		Copy       bool                       `json:"copy"`
-		Rows       map[string]json.RawMessage `json:"rows"`
-	} `json:"records"`
-	Queue struct {
-		Mutations []struct {
-			Key string `json:"key"`
-		} `json:"mutations"`
+	Records []storeRecord `json:"records"`
+	Queue   struct {
+		Mutations []storeMutation `json:"mutations"`
 	} `json:"queue"`
+}
+
+// storeRecord is one scope's record in a store file.
+type storeRecord struct {
+	Digest     string                     `json:"digest"`
+	Resource   string                     `json:"resource"`
+	Conditions map[string]json.RawMessage `json:"conditions"`
+	Cursor     string                     `json:"cursor"`
+	Copy       bool                       `json:"copy"`
+	Rows       map[string]json.RawMessage `json:"rows"`
+}
+
+// storeMutation is a queued mutation in a store file.
+type storeMutation struct {
+	Key string `json:"key"`
 }
 
 // clientView is what the checker knows of one client: who it is, what it

@@ -13,14 +13,7 @@ func fileWith(t *testing.T, recs map[string][]item, queued ...string) storeFile 
 	var f storeFile
 	for tenant, rows := range recs {
 		cond, _ := json.Marshal(tenant)
-		r := struct {
-			Digest     string                     `json:"digest"`
-			Resource   string                     `json:"resource"`
-			Conditions map[string]json.RawMessage `json:"conditions"`
-			Cursor     string                     `json:"cursor"`
-			Copy       bool                       `json:"copy"`
-			Rows       map[string]json.RawMessage `json:"rows"`
-		}{Digest: "d-" + tenant, Resource: "items", Conditions: map[string]json.RawMessage{"tenant": cond}, Cursor: "1.e.1", Copy: true, Rows: map[string]json.RawMessage{}}
+		r := storeRecord{Digest: "d-" + tenant, Resource: "items", Conditions: map[string]json.RawMessage{"tenant": cond}, Cursor: "1.e.1", Copy: true, Rows: map[string]json.RawMessage{}}
 		for _, it := range rows {
 			b, err := json.Marshal(it)
 			if err != nil {
@@ -31,9 +24,7 @@ func fileWith(t *testing.T, recs map[string][]item, queued ...string) storeFile 
 		f.Records = append(f.Records, r)
 	}
 	for _, k := range queued {
-		f.Queue.Mutations = append(f.Queue.Mutations, struct {
-			Key string `json:"key"`
-		}{k})
+		f.Queue.Mutations = append(f.Queue.Mutations, storeMutation{k})
 	}
 	return f
 }

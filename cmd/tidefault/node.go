@@ -102,7 +102,7 @@ func node(args []string) error {
 	if err != nil {
 		return err
 	}
-	pcfg.MaxConns = 6
+	pcfg.MaxConns = 4
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "tidefault-" + *name
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
