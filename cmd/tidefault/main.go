@@ -164,7 +164,7 @@ func run(args []string) error {
 		return fmt.Errorf("create the tidefault database: %w", err)
 	}
 	var total counts
-	faults, skipped := map[string]int{}, map[string]int{}
+	faults := map[string]int{}
 	failed := false
 	var busNames []string
 	sqlWrites, resets := 0, 0
@@ -177,9 +177,6 @@ func run(args []string) error {
 		total.add(res.c)
 		for k, v := range res.faults {
 			faults[k] += v
-		}
-		for k, v := range res.skipped {
-			skipped[k] += v
 		}
 		sqlWrites += res.sqlWrites
 		resets += res.resets

@@ -534,7 +534,11 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 			res.roles = "ok(" + res.roles + ")"
 			break
 		}
-		time.Sleep(200 * time.Millisecond) // polling the nodes' roles, bounded by rdeadline
+		select { // the nodes are polled; rdeadline bounds the wait
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	nodes.mu.Lock()
 	for _, s := range nodes.starts {
