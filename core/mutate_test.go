@@ -354,3 +354,79 @@ func TestMutateAdvancesQuietScopesAfterASlowTailer(t *testing.T) {
 		t.Errorf("the quiet scope got %+v, want no entries at the ack's cursor %s", f, ack.Cursor)
 	}
 }
+
+// topicBus delivers only the topics it was told an interest in, as NATS
+// does: a node never sees the changes of other topics.
+type topicBus struct {
+	feed.Bus
+	mu   sync.Mutex
+	want map[feed.Topic]bool
+	read feed.Position // the last position read, returned or skipped
+}
+
+func (b *topicBus) AddInterest(_ context.Context, ts []feed.Topic) (feed.Position, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range ts {
+		b.want[t] = true
+	}
+	return b.read, nil
+}
+
+func (b *topicBus) DropInterest([]feed.Topic) {}
+
+func (b *topicBus) Tail(ctx context.Context, after feed.Position, limit int) ([]feed.Change, error) {
+	for {
+		b.mu.Lock()
+		from := max(after, b.read)
+		b.mu.Unlock()
+		changes, err := b.Bus.Tail(ctx, from, limit)
+		if err != nil || len(changes) == 0 {
+			return changes, err
+		}
+		b.mu.Lock()
+		b.read = changes[len(changes)-1].Pos
+		var out []feed.Change
+		for _, c := range changes {
+			if b.want[feed.Topic{Resource: c.Resource, All: true}] || len(c.Scope) > 0 && b.want[feed.Topic{Resource: c.Resource, Tenant: c.Scope[0]}] {
+				out = append(out, c)
+			}
+		}
+		b.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+	}
+}
+
+// TestMutateAdvancesScopesPastAWriteTheBusNeverBrings: with a bus that
+// delivers only this node's topics, a mutation that writes a topic no
+// subscription of the node needs is never dispatched here; the writer's
+// subscription, whose scope it did not touch, still reaches the ack's
+// cursor (it replays from the feed), so its client knows the write is in.
+func TestMutateAdvancesScopesPastAWriteTheBusNeverBrings(t *testing.T) {
+	core.SetAdvanceWait(t, 10*time.Millisecond)
+	mf := memfeed.New(memfeed.Options{})
+	bus := &topicBus{Bus: mf, want: map[feed.Topic]bool{}}
+	s := newServer(t, core.Config{Feed: mf, Bus: bus})
+	addMutators(t, s)
+	c := s.dial(t, "alice", "p7", "p8")
+	c.hello()
+	c.Subscribe("a", "todos", map[string]any{"project_id": "p7"})
+	c.Collect("a")
+	c.Send(mutateFrame("k1", "add", addArgs{ID: "t1", ProjectID: "p8", Title: "elsewhere"}, time.Now()))
+	ack := c.Expect(protocol.FrameAck)
+	want, err := protocol.ParseCursor(ack.Cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f := c.Next()
+		if f.ID != "a" || (f.Type != protocol.FrameChanges && f.Type != protocol.FrameCaughtUp) || len(f.Entries) != 0 {
+			t.Fatalf("unexpected %+v", f)
+		}
+		if got, err := protocol.ParseCursor(f.Cursor); err == nil && got.Pos >= want.Pos {
+			return
+		}
+	}
+}
