@@ -300,6 +300,21 @@ func TestMutatorDeclarations(t *testing.T) {
 	}
 }
 
+// writerOnBus serves the in-memory feed mf through bus, with a short
+// advanceWait, and returns alice (who may write p7 and p8) subscribed to
+// p7 as "a", caught up.
+func writerOnBus(t *testing.T, mf *memfeed.Feed, bus feed.Bus) *wsClient {
+	t.Helper()
+	core.SetAdvanceWait(t, 10*time.Millisecond)
+	s := newServer(t, core.Config{Feed: mf, Bus: bus})
+	addMutators(t, s)
+	c := s.dial(t, "alice", "p7", "p8")
+	c.hello()
+	c.Subscribe("a", "todos", map[string]any{"project_id": "p7"})
+	c.Collect("a")
+	return c
+}
+
 // heldBus is a bus whose Tail, while hold is set, keeps each batch it read
 // for hold before returning it: a tailer held up, as while the bus
 // reconnects.
@@ -328,15 +343,9 @@ func (b *heldBus) Tail(ctx context.Context, after feed.Position, limit int) ([]f
 // receives an empty changes frame at the ack's cursor, so its client knows
 // its copy reflects the write.
 func TestMutateAdvancesQuietScopesAfterASlowTailer(t *testing.T) {
-	core.SetAdvanceWait(t, 10*time.Millisecond)
 	mf := memfeed.New(memfeed.Options{})
 	bus := &heldBus{Bus: mf}
-	s := newServer(t, core.Config{Feed: mf, Bus: bus})
-	addMutators(t, s)
-	c := s.dial(t, "alice", "p7", "p8")
-	c.hello()
-	c.Subscribe("a", "todos", map[string]any{"project_id": "p7"})
-	c.Collect("a")
+	c := writerOnBus(t, mf, bus)
 	c.Subscribe("b", "todos", map[string]any{"project_id": "p8"})
 	c.Collect("b")
 	bus.hold.Store(int64(20 * 10 * time.Millisecond))
@@ -405,15 +414,8 @@ func (b *topicBus) Tail(ctx context.Context, after feed.Position, limit int) ([]
 // subscription, whose scope it did not touch, still reaches the ack's
 // cursor (it replays from the feed), so its client knows the write is in.
 func TestMutateAdvancesScopesPastAWriteTheBusNeverBrings(t *testing.T) {
-	core.SetAdvanceWait(t, 10*time.Millisecond)
 	mf := memfeed.New(memfeed.Options{})
-	bus := &topicBus{Bus: mf, want: map[feed.Topic]bool{}}
-	s := newServer(t, core.Config{Feed: mf, Bus: bus})
-	addMutators(t, s)
-	c := s.dial(t, "alice", "p7", "p8")
-	c.hello()
-	c.Subscribe("a", "todos", map[string]any{"project_id": "p7"})
-	c.Collect("a")
+	c := writerOnBus(t, mf, &topicBus{Bus: mf, want: map[feed.Topic]bool{}})
 	c.Send(mutateFrame("k1", "add", addArgs{ID: "t1", ProjectID: "p8", Title: "elsewhere"}, time.Now()))
 	ack := c.Expect(protocol.FrameAck)
 	want, err := protocol.ParseCursor(ack.Cursor)
