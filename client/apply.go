@@ -168,7 +168,7 @@ func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.Serve
 		c.lmu.Unlock() // the subscription went stale meanwhile
 		return
 	}
-	sc.base, sc.cursor = base, cursor
+	sc.base, sc.cursor, sc.refused = base, cursor, false
 	var qerr error
 	settled := c.rep.settle()
 	if len(settled) > 0 {

@@ -467,3 +467,57 @@ func TestMutateRefusesBadInput(t *testing.T) {
 		t.Errorf("%d mutations queued by refused calls", n)
 	}
 }
+
+// A refused scope of the written resource brings nothing until the server
+// allows it again, so it must not hold mutations back from settling: they
+// settle once the scopes that are served reach the ack's cursor.
+func TestRefusedScopeDoesNotHoldMutationsBack(t *testing.T) {
+	ctx := testCtx(t)
+	r := newFakeRig(t, Config{})
+	subA, err := r.c.Sync(scopeA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subB, err := r.c.Sync(scopeB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r.c)
+	fc := r.fs.accept(ctx, t)
+	fc.handshake(ctx, t)
+	ids := map[string]string{} // scope's project → subscription id
+	for range 2 {
+		s := fc.nextOf(ctx, t, protocol.FrameSubscribe)
+		var p string
+		if err := json.Unmarshal(s.Conditions["project_id"], &p); err != nil {
+			t.Fatalf("subscribe %+v: %v", s, err)
+		}
+		ids[p] = s.ID
+	}
+	fc.send(t, errorFrame(ids["p2"], protocol.CodeForbidden))
+	fc.send(t, caughtUp(ids["p1"], cur(1)))
+	if err := subA.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := subB.Wait(ctx); err == nil || subB.State() != SubFailed {
+		t.Fatalf("refused scope: Wait = %v, state %s", err, subB.State())
+	}
+	m, err := r.c.Mutate(ctx, Mutation{Key: "k1", Resource: "todos", Name: "rename", Local: setTitle("t1", "one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.nextOf(ctx, t, protocol.FrameMutate)
+	fc.send(t, ack("k1", cur(2), upRow("t1", todoRow("t1", "one"))))
+	if _, err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fc.send(t, changes(ids["p1"], cur(2), upRow("t1", todoRow("t1", "one"))))
+	select {
+	case <-m.Settled():
+	case <-ctx.Done():
+		t.Fatalf("the mutation did not settle once the served scope reached its cursor; pending %v", keysOfPending(r.c.Pending()))
+	}
+	if got := keysOfPending(r.c.Pending()); len(got) != 0 {
+		t.Errorf("pending %v", got)
+	}
+}

@@ -34,7 +34,11 @@ type scopeCopy struct {
 	norm   normScope
 	base   map[string]json.RawMessage // the server's rows at cursor; replaced, never modified in place
 	cursor string                     // the applied (and persisted) cursor of base
-	view   map[string]json.RawMessage // base with the log applied; may be base itself
+	// refused: the server refused the scope's subscription, and no batch
+	// has been applied since. Such a scope brings nothing until it is
+	// allowed again, so it holds no mutation back from settling.
+	refused bool
+	view    map[string]json.RawMessage // base with the log applied; may be base itself
 
 	ver     uint64        // incremented once per change of view
 	changed chan struct{} // closed and replaced when view changes
@@ -298,7 +302,8 @@ func (r *replica) reject(key string) *logItem {
 }
 
 // settle drops the landed items whose ack cursor every synced scope of
-// their resources has reached, and returns them.
+// their resources has reached, and returns them. A refused scope does not
+// count: its cursor stays where it is until the server allows it again.
 func (r *replica) settle() []*logItem {
 	var done []*logItem
 	r.log = slices.DeleteFunc(r.log, func(it *logItem) bool {
@@ -307,7 +312,7 @@ func (r *replica) settle() []*logItem {
 		}
 		res := it.resources()
 		for _, sc := range r.scopes {
-			if slices.ContainsFunc(res, sc.norm.has) && newer(it.cursor, sc.cursor) {
+			if !sc.refused && slices.ContainsFunc(res, sc.norm.has) && newer(it.cursor, sc.cursor) {
 				return false
 			}
 		}

@@ -476,6 +476,7 @@ func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 		c.mu.Lock()
 		st.setStateLocked(SubFailed, serverErr(f))
 		c.mu.Unlock()
+		s.refuseCopy(ctx, st)
 		err := c.persist(context.WithoutCancel(ctx), st, declared, func(r *Record) bool {
 			if r.State == StateFailed {
 				return false
@@ -496,6 +497,27 @@ func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 		}
 	}
 	c.emit(ev)
+}
+
+// refuseCopy marks a synced scope refused, so the mutations it held back
+// from settling settle now.
+func (s *session) refuseCopy(ctx context.Context, st *scopeState) {
+	if st.copy == nil {
+		return
+	}
+	c := s.c
+	c.lmu.Lock()
+	st.copy.refused = true
+	settled := c.rep.settle()
+	var err error
+	if len(settled) > 0 {
+		err = c.saveQueueLocked(ctx)
+	}
+	c.lmu.Unlock()
+	settleHandles(settled)
+	if err != nil {
+		s.queueError(err)
+	}
 }
 
 // retryLater resubscribes st on this connection after a backoff that grows

@@ -370,28 +370,53 @@ func (e *Engine) runMutation(ctx context.Context, p authz.Principal, origin stri
 	return frame, pos, nil
 }
 
-// advanceWait bounds how long a connection's mutation queue waits for the
-// fan-out to dispatch an acknowledged write before moving on (the tailer
-// is behind: the subscriptions advance with their next change instead).
-const advanceWait = 5 * time.Second
+// advanceWait is how long advanceSubs waits for the fan-out to dispatch an
+// acknowledged write before it checks that its connection is still open
+// (and, with a bus that delivers only this node's topics, before it has
+// the subscriptions replay instead).
+var advanceWait = 5 * time.Second
 
 // advanceSubs moves every subscription of c to pos, the position its
 // client's mutation was acknowledged at, once the fan-out has dispatched
 // through pos: so the client learns that its copies reflect the write even
 // when the write changed nothing in their scopes (a live subscription
 // behind pos gets an empty changes frame at pos; one catching up, at the
-// end of its catch-up).
+// end of its catch-up). It waits for as long as the connection is open: a
+// tailer held up (the bus reconnecting) still advances them afterwards,
+// since a scope that stays quiet would otherwise never reach pos and its
+// client would wait for the write forever.
+//
+// A bus that delivers only this node's topics (feed.Interested) may never
+// bring pos: the write may be of a topic no subscription here needs. After
+// advanceWait the subscriptions behind pos replay from their delivered
+// cursors through the feed instead, up to its head, which is past pos: the
+// replay ends with a caught-up frame at the head.
 func (c *conn) advanceSubs(pos feed.Position) {
-	if !c.e.cache.recent.await(c.e.ctx, pos, advanceWait) {
-		return
+	for !c.e.cache.recent.await(c.e.ctx, pos, advanceWait) {
+		if c.e.ctx.Err() != nil || c.isClosing() {
+			return
+		}
+		if c.e.bus.interest != nil {
+			for _, s := range c.subsNow() {
+				if s.behind(pos) {
+					s.desync()
+				}
+			}
+			return
+		}
 	}
+	for _, s := range c.subsNow() {
+		s.advance(pos)
+	}
+}
+
+// subsNow returns the connection's subscriptions.
+func (c *conn) subsNow() []*subscription {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	subs := make([]*subscription, 0, len(c.subs))
 	for _, s := range c.subs {
 		subs = append(subs, s)
 	}
-	c.mu.Unlock()
-	for _, s := range subs {
-		s.advance(pos)
-	}
+	return subs
 }

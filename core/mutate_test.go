@@ -11,6 +11,8 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/protocol"
 )
 
@@ -295,5 +297,138 @@ func TestMutatorDeclarations(t *testing.T) {
 	}
 	if err := core.AddMutator(s.todos, "dup", core.Mutator[addArgs]{Run: run}); !errors.Is(err, core.ErrInvalidResource) {
 		t.Errorf("duplicate AddMutator = %v", err)
+	}
+}
+
+// writerOnBus serves the in-memory feed mf through bus, with a short
+// advanceWait, and returns alice (who may write p7 and p8) subscribed to
+// p7 as "a", caught up.
+func writerOnBus(t *testing.T, mf *memfeed.Feed, bus feed.Bus) *wsClient {
+	t.Helper()
+	core.SetAdvanceWait(t, 10*time.Millisecond)
+	s := newServer(t, core.Config{Feed: mf, Bus: bus})
+	addMutators(t, s)
+	c := s.dial(t, "alice", "p7", "p8")
+	c.hello()
+	c.Subscribe("a", "todos", map[string]any{"project_id": "p7"})
+	c.Collect("a")
+	return c
+}
+
+// heldBus is a bus whose Tail, while hold is set, keeps each batch it read
+// for hold before returning it: a tailer held up, as while the bus
+// reconnects.
+type heldBus struct {
+	feed.Bus
+	hold atomic.Int64 // nanoseconds
+}
+
+func (b *heldBus) Tail(ctx context.Context, after feed.Position, limit int) ([]feed.Change, error) {
+	changes, err := b.Bus.Tail(ctx, after, limit)
+	if d := time.Duration(b.hold.Load()); d > 0 && len(changes) > 0 {
+		t := time.NewTimer(d) // the fault: the batch arrives late
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return changes, err
+}
+
+// TestMutateAdvancesQuietScopesAfterASlowTailer: when the tailer
+// dispatches an acknowledged write long after the ack (far more than the
+// connection's check interval), the writer's other subscription, whose
+// scope the write did not touch and which gets no other change, still
+// receives an empty changes frame at the ack's cursor, so its client knows
+// its copy reflects the write.
+func TestMutateAdvancesQuietScopesAfterASlowTailer(t *testing.T) {
+	mf := memfeed.New(memfeed.Options{})
+	bus := &heldBus{Bus: mf}
+	c := writerOnBus(t, mf, bus)
+	c.Subscribe("b", "todos", map[string]any{"project_id": "p8"})
+	c.Collect("b")
+	bus.hold.Store(int64(20 * 10 * time.Millisecond))
+	c.Send(mutateFrame("k1", "add", addArgs{ID: "t1", ProjectID: "p7", Title: "ship"}, time.Now()))
+	ack := c.Expect(protocol.FrameAck)
+	got := map[string]protocol.ServerFrame{}
+	for len(got) < 2 {
+		f := c.Expect(protocol.FrameChanges)
+		got[f.ID] = f
+	}
+	if f := got["a"]; f.Cursor != ack.Cursor || len(f.Entries) != 1 {
+		t.Errorf("the written scope got %+v, want the row at the ack's cursor %s", f, ack.Cursor)
+	}
+	if f := got["b"]; f.Cursor != ack.Cursor || len(f.Entries) != 0 {
+		t.Errorf("the quiet scope got %+v, want no entries at the ack's cursor %s", f, ack.Cursor)
+	}
+}
+
+// topicBus delivers only the topics it was told an interest in, as NATS
+// does: a node never sees the changes of other topics.
+type topicBus struct {
+	feed.Bus
+	mu   sync.Mutex
+	want map[feed.Topic]bool
+	read feed.Position // the last position read, returned or skipped
+}
+
+func (b *topicBus) AddInterest(_ context.Context, ts []feed.Topic) (feed.Position, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range ts {
+		b.want[t] = true
+	}
+	return b.read, nil
+}
+
+func (b *topicBus) DropInterest([]feed.Topic) {}
+
+func (b *topicBus) Tail(ctx context.Context, after feed.Position, limit int) ([]feed.Change, error) {
+	for {
+		b.mu.Lock()
+		from := max(after, b.read)
+		b.mu.Unlock()
+		changes, err := b.Bus.Tail(ctx, from, limit)
+		if err != nil || len(changes) == 0 {
+			return changes, err
+		}
+		b.mu.Lock()
+		b.read = changes[len(changes)-1].Pos
+		var out []feed.Change
+		for _, c := range changes {
+			if b.want[feed.Topic{Resource: c.Resource, All: true}] || len(c.Scope) > 0 && b.want[feed.Topic{Resource: c.Resource, Tenant: c.Scope[0]}] {
+				out = append(out, c)
+			}
+		}
+		b.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+	}
+}
+
+// TestMutateAdvancesScopesPastAWriteTheBusNeverBrings: with a bus that
+// delivers only this node's topics, a mutation that writes a topic no
+// subscription of the node needs is never dispatched here; the writer's
+// subscription, whose scope it did not touch, still reaches the ack's
+// cursor (it replays from the feed), so its client knows the write is in.
+func TestMutateAdvancesScopesPastAWriteTheBusNeverBrings(t *testing.T) {
+	mf := memfeed.New(memfeed.Options{})
+	c := writerOnBus(t, mf, &topicBus{Bus: mf, want: map[feed.Topic]bool{}})
+	c.Send(mutateFrame("k1", "add", addArgs{ID: "t1", ProjectID: "p8", Title: "elsewhere"}, time.Now()))
+	ack := c.Expect(protocol.FrameAck)
+	want, err := protocol.ParseCursor(ack.Cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f := c.Next()
+		if f.ID != "a" || (f.Type != protocol.FrameChanges && f.Type != protocol.FrameCaughtUp) || len(f.Entries) != 0 {
+			t.Fatalf("unexpected %+v", f)
+		}
+		if got, err := protocol.ParseCursor(f.Cursor); err == nil && got.Pos >= want.Pos {
+			return
+		}
 	}
 }

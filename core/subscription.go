@@ -205,6 +205,13 @@ func (s *subscription) close() {
 	s.mu.Unlock()
 }
 
+// behind reports whether the subscription has delivered less than pos.
+func (s *subscription) behind(pos feed.Position) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.delivered < pos
+}
+
 // advance moves the subscription's cursor to pos, every change up to which
 // the fan-out has dispatched: at once if it is live, at the end of its
 // catch-up otherwise.

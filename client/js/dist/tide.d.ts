@@ -143,6 +143,8 @@ export interface ScopeCopy {
     base: Map<string, Row>;
     cursor: string;
     view: Map<string, Row>;
+    /** The server refused the scope and nothing was applied since: it holds no mutation back from settling. */
+    refused?: boolean;
 }
 /**
  * Replica is the pure bookkeeping of client/replica.go: for each scope the
@@ -166,7 +168,7 @@ export declare class Replica {
     };
     /** Takes key's pending write out of the log; null if unknown or landed. */
     reject(key: string): LogItem | null;
-    /** Drops the landed items whose ack cursor every scope of their resources has reached. */
+    /** Drops the landed items whose ack cursor every scope of their resources (but a refused one) has reached. */
     settle(): LogItem[];
 }
 /** applyBase returns base with one server batch applied (a new map); a scope of several resources keys rows by resource too. */

@@ -296,6 +296,8 @@ export interface ScopeCopy {
   base: Map<string, Row>;
   cursor: string;
   view: Map<string, Row>;
+  /** The server refused the scope and nothing was applied since: it holds no mutation back from settling. */
+  refused?: boolean;
 }
 
 /** Whether sc follows resource r, and the key of r's row k in sc's rows. */
@@ -427,13 +429,13 @@ export class Replica {
     return this.log.splice(i, 1)[0]!;
   }
 
-  /** Drops the landed items whose ack cursor every scope of their resources has reached. */
+  /** Drops the landed items whose ack cursor every scope of their resources (but a refused one) has reached. */
   settle(): LogItem[] {
     const done: LogItem[] = [];
     this.log = this.log.filter((it) => {
       if (!it.acked) return true;
       const res = new Set([it.resource, ...it.ops.map((o) => o.resource)].filter((r) => r !== ""));
-      for (const sc of this.scopes.values()) if ([...res].some((r) => covers(sc, r)) && newer(it.cursor, sc.cursor)) return true;
+      for (const sc of this.scopes.values()) if (!sc.refused && [...res].some((r) => covers(sc, r)) && newer(it.cursor, sc.cursor)) return true;
       done.push(it);
       return false;
     });
@@ -1219,6 +1221,7 @@ export class Client {
     if (sub !== s.sub && this.status.snap.transport === "ws") return; // the subscription ended meanwhile: not installed
     c.base = next;
     c.cursor = cursor;
+    c.refused = false;
     this.changed(this.replica.refresh(c.resources ?? [c.resource]));
   }
 
@@ -1319,6 +1322,10 @@ export class Client {
     if (FATAL_SUB_CODES.includes(f.code)) {
       s.stopped = true;
       s._set("error", { code: f.code, message: f.message });
+      if (s.copy) {
+        s.copy.refused = true; // it brings nothing until allowed again
+        this.settle();
+      }
       return this.updateStatus();
     }
     // Transient (internal, unavailable, too_many_subscriptions ...): try again later.
