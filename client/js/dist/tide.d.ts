@@ -131,6 +131,7 @@ export interface LogItem {
     ops: Op[];
     acked: boolean;
     cursor: string;
+    traceparent?: string;
     run?: Strategy;
 }
 /** The local copy of one scope. */
@@ -288,6 +289,13 @@ export interface MutateOptions {
     strategy?: Strategy;
     /** The idempotency key; default a random 128-bit hex string. */
     key?: string;
+    /**
+     * The W3C trace context (a `traceparent` header value, at most 128 bytes,
+     * no control characters) of the app's span for this mutation: a tracing
+     * server makes the mutation's span its child. Kept with the queued
+     * mutation and sent with every attempt.
+     */
+    traceparent?: string;
 }
 /** An ack, as the mutation's result. */
 export interface Result {

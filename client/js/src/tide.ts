@@ -283,6 +283,7 @@ export interface LogItem {
   ops: Op[];
   acked: boolean;
   cursor: string;
+  traceparent?: string; // the app's span, sent with the mutation
   run?: Strategy; // in memory: the strategy (a merge is not persisted)
 }
 
@@ -652,6 +653,13 @@ export interface MutateOptions {
   strategy?: Strategy;
   /** The idempotency key; default a random 128-bit hex string. */
   key?: string;
+  /**
+   * The W3C trace context (a `traceparent` header value, at most 128 bytes,
+   * no control characters) of the app's span for this mutation: a tracing
+   * server makes the mutation's span its child. Kept with the queued
+   * mutation and sent with every attempt.
+   */
+  traceparent?: string;
 }
 
 /** An ack, as the mutation's result. */
@@ -968,6 +976,8 @@ export class Client {
     const key = mo.key ?? randomHex();
     if (!key || key.length > 128) throw new Error("tide: an idempotency key is 1-128 bytes");
     if (this.replica.log.some((x) => x.key === key)) throw new Error(`tide: mutation ${key} is already pending`);
+    const tp = mo.traceparent;
+    if (tp !== undefined && (tp.length > 128 || /[\x00-\x1f\x7f]/.test(tp))) throw new Error("tide: a traceparent is at most 128 bytes without control characters");
     const ops: Op[] = [];
     if (mo.local) {
       const r = this.replica;
@@ -988,6 +998,7 @@ export class Client {
     this.seq = Math.max(this.seq + 1, Date.now() * 1000);
     const strategy = mo.strategy ?? "server-wins";
     const it: LogItem = { key, seq: this.seq, resource, name, args, at: Date.now(), strategy: strategyName(strategy), ops, acked: false, cursor: "", run: strategy };
+    if (tp) it.traceparent = tp;
     this.insert(it);
     this.changed(this.replica.refresh([resource, ...ops.map((o) => o.resource)]));
     const h = this.handles.get(key)!;
@@ -1255,7 +1266,7 @@ export class Client {
   }
 
   private frameOf(it: LogItem) {
-    return { type: "mutate", key: it.key, seq: it.seq, resource: it.resource, name: it.name, args: it.args ?? {}, at: it.at };
+    return { type: "mutate", key: it.key, seq: it.seq, resource: it.resource, name: it.name, args: it.args ?? {}, at: it.at, ...(it.traceparent ? { traceparent: it.traceparent } : {}) };
   }
 
   /** Sends the unanswered mutations in seq order (after the subscriptions). */

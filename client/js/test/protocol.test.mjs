@@ -258,6 +258,27 @@ test("mutate: optimistic row, queued, sent after subscribes with key/seq/at, ack
   cl.close();
 });
 
+test("mutate: a traceparent is sent with the mutation; a bad one is refused before anything is queued", async () => {
+  const { cl, store } = client();
+  cl.scope("todos", { project_id: "p" });
+  const ws = await until("socket", () => FakeWS.all[0]);
+  const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  const m = cl.mutate("todos", "put", { id: "t1" }, { traceparent: tp });
+  await m.queued;
+  assert.equal((await store.loadQueue())[0].traceparent, tp, "kept with the queued mutation");
+  ws.push(welcome);
+  await until("mutate sent", () => sentOf(ws, "mutate").length === 1);
+  assert.equal(sentOf(ws, "mutate")[0].traceparent, tp);
+  const plain = cl.mutate("todos", "put", { id: "t2" });
+  await until("second sent", () => sentOf(ws, "mutate").length === 2);
+  assert.ok(!("traceparent" in sentOf(ws, "mutate")[1]), "no traceparent unless given");
+  assert.throws(() => cl.mutate("todos", "put", {}, { traceparent: "x".repeat(129) }), /traceparent/);
+  assert.throws(() => cl.mutate("todos", "put", {}, { traceparent: "00-\u0007" }), /traceparent/);
+  assert.equal(cl.status.getSnapshot().pending, 2, "refused calls queue nothing");
+  void plain;
+  cl.close();
+});
+
 test("the offline queue survives a new client: restored, shown, resent with its original key", async () => {
   const store = memoryStore();
   let { cl } = client({ store });
