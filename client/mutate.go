@@ -301,7 +301,7 @@ func (c *Client) saveQueueLocked(ctx context.Context) error {
 	for _, it := range c.rep.log {
 		q.Mutations = append(q.Mutations, QueuedMutation{
 			Key: it.key, Seq: it.seq, Resource: it.resource, Name: it.name, Args: it.args, At: it.at,
-			Strategy: it.strategyName, Ops: slices.Clone(it.ops), Acked: it.acked, Cursor: it.cursor,
+			Strategy: it.strategyName, Ops: slices.Clone(it.ops), Acked: it.acked, Cursor: it.cursor, TraceParent: it.traceparent,
 		})
 	}
 	return c.qstore.SaveQueue(context.WithoutCancel(ctx), q)
@@ -322,7 +322,7 @@ func (c *Client) loadQueue(ctx context.Context) error {
 		it := &logItem{
 			key: m.Key, seq: m.Seq, resource: m.Resource, name: m.Name, args: m.Args, at: m.At,
 			strategy: strategyFromName(m.Strategy), strategyName: m.Strategy,
-			ops: m.Ops, acked: m.Acked, cursor: m.Cursor, handle: h,
+			ops: m.Ops, acked: m.Acked, cursor: m.Cursor, traceparent: m.TraceParent, handle: h,
 		}
 		if it.acked {
 			h.resolve(Result{Key: m.Key, Cursor: m.Cursor}, nil)

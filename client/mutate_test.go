@@ -218,7 +218,8 @@ func TestOfflineQueueSurvivesRestart(t *testing.T) {
 	var keys []string
 	var ats []int64
 	for i := range 3 {
-		m, err := c1.Mutate(ctx, Mutation{Resource: "todos", Name: "add", Args: map[string]int{"n": i}, Local: setTitle(fmt.Sprintf("t%d", i), "offline")})
+		m, err := c1.Mutate(ctx, Mutation{Resource: "todos", Name: "add", Args: map[string]int{"n": i}, Local: setTitle(fmt.Sprintf("t%d", i), "offline"),
+			TraceParent: fmt.Sprintf("00-4bf92f3577b34da6a3ce929d0e0e473%d-00f067aa0ba902b7-01", i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,6 +249,9 @@ func TestOfflineQueueSurvivesRestart(t *testing.T) {
 		f := fc.nextOf(ctx, t, protocol.FrameMutate)
 		if f.Key != want || f.Seq != int64(i+1) || string(f.Args) != fmt.Sprintf(`{"n":%d}`, i) {
 			t.Errorf("mutate %d = %+v, want key %s seq %d", i, f, want, i+1)
+		}
+		if tp := fmt.Sprintf("00-4bf92f3577b34da6a3ce929d0e0e473%d-00f067aa0ba902b7-01", i); f.TraceParent != tp {
+			t.Errorf("mutate %d after the restart: traceparent %q, want %q", i, f.TraceParent, tp)
 		}
 		ats = append(ats, f.At)
 	}

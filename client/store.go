@@ -89,6 +89,9 @@ type QueuedMutation struct {
 	// cursor, which the subscriptions have not all reached yet.
 	Acked  bool   `json:"acked,omitempty"`
 	Cursor string `json:"cursor,omitempty"`
+	// TraceParent is the caller's trace context (Mutation.TraceParent),
+	// sent again with the mutation after a restart.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Values of Record.State.
