@@ -20,23 +20,7 @@ import (
 // its page, and checks that a todo added through its API reaches a client
 // subscribed over the protocol, as a second browser tab would see it.
 func TestDemo(t *testing.T) {
-	t.Setenv("DATABASE_URL", "")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a failure bound only
-	defer cancel()
-	urls := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, "127.0.0.1:0", slog.New(slog.DiscardHandler), func(url string) { urls <- url })
-	}()
-	var base string
-	select {
-	case base = <-urls:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
-
-	jar, _ := cookiejar.New(nil)
-	hc := &http.Client{Jar: jar}
+	base, hc, ctx := startDemo(t)
 	resp, err := hc.Get(base)
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +30,7 @@ func TestDemo(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(page), "tide todo demo") {
 		t.Fatalf("page: %d %.80s", resp.StatusCode, page)
 	}
+	jar := hc.Jar
 
 	// A second tab: the Go client with the same session cookie.
 	cookies := jar.Cookies(mustURL(t, base))
@@ -110,11 +95,35 @@ func TestDemo(t *testing.T) {
 			break
 		}
 	}
+}
 
-	cancel()
-	if err := <-done; err != nil {
+// startDemo runs the demo in memory, as `go run ./examples/todo` does, on a
+// free port until the test ends (its run must then return nil). It returns
+// the demo's URL, an HTTP client with a cookie jar, and a context that ends
+// with the test (a failure bound only).
+func startDemo(t *testing.T) (base string, hc *http.Client, ctx context.Context) {
+	t.Helper()
+	t.Setenv("DATABASE_URL", "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	urls := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, "127.0.0.1:0", slog.New(slog.DiscardHandler), func(url string) { urls <- url })
+	}()
+	select {
+	case base = <-urls:
+	case err := <-done:
+		cancel()
 		t.Fatalf("run: %v", err)
 	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	jar, _ := cookiejar.New(nil)
+	return base, &http.Client{Jar: jar}, ctx
 }
 
 func mustURL(t *testing.T, s string) *url.URL {

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
 	"strings"
 	"testing"
 	"time"
@@ -18,17 +15,7 @@ import (
 // mutators: put creates and changes a todo, a project the user is not in
 // is refused, remove deletes it, and a resent key is not applied twice.
 func TestDemoMutators(t *testing.T) {
-	t.Setenv("DATABASE_URL", "")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a failure bound only
-	defer cancel()
-	urls := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, "127.0.0.1:0", slog.New(slog.DiscardHandler), func(url string) { urls <- url })
-	}()
-	base := <-urls
-	jar, _ := cookiejar.New(nil)
-	hc := &http.Client{Jar: jar}
+	base, hc, _ := startDemo(t)
 	if resp, err := hc.Get(base); err != nil {
 		t.Fatal(err)
 	} else {
@@ -66,9 +53,5 @@ func TestDemoMutators(t *testing.T) {
 	}
 	if st, f := mutate("k4", "remove", `{"id":"m1","project_id":"demo"}`); st != 200 || len(f.Entries) != 1 || f.Entries[0].Op != "delete" {
 		t.Fatalf("remove: %d %+v", st, f)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
 	}
 }
