@@ -139,12 +139,23 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 
 // BenchmarkCommitToClient measures the latency from a writer's COMMIT
 // returning to a subscribed Go client (loopback WebSocket) applying the
-// change, at a steady 100 commits/s for 20 s. It runs once whatever b.N is:
-// run it with -benchtime 1x.
+// change, at a steady 100 commits/s for 10 s, with the sequencer woken by
+// the WAL stream (wake=wal) and polling alone (wake=poll). Each runs once
+// whatever b.N is: run it with -benchtime 1x.
 func BenchmarkCommitToClient(b *testing.B) {
-	const rate, duration = 100, 20 * time.Second
+	for _, poll := range []bool{false, true} {
+		name := "wake=wal"
+		if poll {
+			name = "wake=poll"
+		}
+		b.Run(name, func(b *testing.B) { benchCommitToClient(b, pgfeed.Options{PollOnly: poll}) })
+	}
+}
+
+func benchCommitToClient(b *testing.B, opts pgfeed.Options) {
+	const rate, duration = 100, 10 * time.Second
 	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 8 })
-	srv := newE2EServer(b, pool, name, pgfeed.Options{}, core.Config{})
+	srv := newE2EServer(b, pool, name, opts, core.Config{})
 	ctx := context.Background()
 
 	var mu sync.Mutex
@@ -230,4 +241,5 @@ func BenchmarkCommitToClient(b *testing.B) {
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(q(1), "max-ms")
 	b.ReportMetric(float64(srv.feed.Stats().Polls), "polls")
+	b.ReportMetric(float64(srv.feed.SequencerStatus().WALWakeups), "wal-wakeups")
 }

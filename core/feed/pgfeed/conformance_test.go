@@ -12,10 +12,11 @@ import (
 // harness gives every subtest of the conformance suite a fresh schema with
 // the suite's tables and a tide schema of its own, so subtests run in
 // parallel.
-type harness struct{}
+// harness runs the feed suite on Postgres; pollOnly sets Options.PollOnly.
+type harness struct{ pollOnly bool }
 
-func (harness) New(t *testing.T, schemas ...*feed.Schema) (feed.Feed, feed.Writer) {
-	f, _ := newFeed(t, pgfeed.Options{}, schemas...)
+func (h harness) New(t *testing.T, schemas ...*feed.Schema) (feed.Feed, feed.Writer) {
+	f, _ := newFeed(t, pgfeed.Options{PollOnly: h.pollOnly}, schemas...)
 	return f, f
 }
 
@@ -26,3 +27,7 @@ func (harness) Prune(t *testing.T, f feed.Feed, through feed.Position) {
 }
 
 func TestConformance(t *testing.T) { feedtest.Run(t, harness{}) }
+
+// The suite again with a sequencer that polls alone, as it does where the
+// role may not read the WAL stream.
+func TestConformancePollOnly(t *testing.T) { feedtest.Run(t, harness{pollOnly: true}) }

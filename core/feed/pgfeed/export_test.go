@@ -172,3 +172,12 @@ END`
 	}
 	return stmts
 }
+
+// OnStreamWait sets a hook the sequencer calls each time it starts waiting
+// for the WAL stream to ring (its poll interval away); set it before the
+// first Tail.
+func (f *Feed) OnStreamWait(hook func()) { f.onStreamWait = hook }
+
+// OnWALRefused sets a hook called when the WAL stream fails for good (the
+// role may not replicate); set it before the first Tail.
+func (f *Feed) OnWALRefused(hook func()) { f.onWALRefused = hook }

@@ -61,15 +61,26 @@ type Options struct {
 
 	// SequencerInterval is the longest the sequencer (see StartSequencer)
 	// waits between two looks at the changes that committed without a
-	// position yet, once none arrived for a while. Right after changes
-	// arrived it looks every millisecond, and less often the longer none
-	// do: the pause is an eighth of the time since the last change, within
-	// [1 ms, SequencerInterval]. This bounds the delay a commit after a
-	// quiet spell adds before tailers see it. Zero value: 50 ms.
+	// position yet. While it reads the WAL stream (see PollOnly) it looks
+	// as soon as a synced commit shows there, and this interval is a safety
+	// net. When it polls, it looks every millisecond right after changes
+	// arrived and less often the longer none do: the pause is an eighth of
+	// the time since the last change, within [1 ms, SequencerInterval],
+	// which bounds the delay a commit after a quiet spell adds before
+	// tailers see it. Zero value: 50 ms.
 	SequencerInterval time.Duration
 	// SequencerBatch is the most transactions one sequencing step gives
 	// positions to (a transaction is never split). Zero value: 1000.
 	SequencerBatch int
+	// PollOnly makes the sequencer find new changes by polling alone. By
+	// default, while a feed holds the sequencer role it also reads the
+	// database's WAL stream (as a standby would, keeping none of it) and
+	// looks as soon as the WAL shows a write to tide's outbox, which takes
+	// the poll's delay off every commit. The stream needs a role that may
+	// replicate (REPLICATION or superuser) and a free WAL sender
+	// (max_wal_senders); without them, or with synchronous_standby_names
+	// set, the feed polls. Zero value: false.
+	PollOnly bool
 
 	// Logger receives operational events (listener reconnects, pruning).
 	// Zero value: slog.Default().
@@ -158,6 +169,11 @@ type Feed struct {
 	sequencerTerms atomic.Int64
 	sequencerSteps atomic.Int64
 	sequenced      atomic.Int64
+	waker          atomic.Pointer[walWaker] // the current term's WAL wake-up, or nil
+	walWakeups     atomic.Int64             // looks the WAL stream started
+	walRefused     atomic.Bool              // the WAL stream failed for good once (logged)
+	onStreamWait   func()                   // test hook: the sequencer waits for the WAL stream to ring
+	onWALRefused   func()                   // test hook: the WAL stream failed for good
 }
 
 var (

@@ -15,10 +15,12 @@ import (
 // The capture appends row events to the outbox without any ordering (see
 // captureDDL). One session per database, the sequencer, holds the
 // session-level advisory lock (lockClassSequencer, key) on a dedicated
-// connection and runs the sequence function in a loop: each call waits
-// server-side, looking at the outbox as often as every millisecond right
-// after changes arrived and less often the longer none did (at most
-// Options.SequencerInterval apart), and as soon as it sees committed rows
+// connection and runs the sequence function in a loop. It learns of new
+// changes from the WAL stream (see walwake.go), looking as soon as the WAL
+// shows a write to the outbox and at least every Options.SequencerInterval;
+// where the stream is not available, each call waits server-side, looking
+// at the outbox as often as every millisecond right after changes arrived
+// and less often the longer none did. As soon as it sees committed rows
 // it moves them, whole transactions ordered by their last outbox id, into
 // the change log with positions from the log's sequence, in one statement,
 // then notifies the tailers once. A step commits without waiting for its
@@ -181,9 +183,21 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 		stopping.Wait()
 		cut()
 	}()
+	// While the WAL stream runs, a look waits for nothing (the stream
+	// rings); otherwise the call waits server-side, polling.
 	sql := "SELECT moved FROM " + f.n.seqFn + "($1, $2, $3, $4)"
 	wait := sequencerWait.Milliseconds()
 	maxPause := f.opts.SequencerInterval.Milliseconds()
+	w, err := f.startWALWaker(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if w != nil {
+		defer w.stop()
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	cause := lookPoll
 	last := time.Now()   // when the last step moved changes
 	var unvacuumed int64 // changes moved out of the outbox since its last vacuum
 	lastVacuum := time.Now()
@@ -197,12 +211,22 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 			}
 			unvacuumed, lastVacuum = 0, time.Now()
 		}
-		idle := time.Since(last).Milliseconds()
-		var moved int64
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := conn.QueryRow(qctx, sql, f.opts.SequencerBatch, wait, idle, maxPause).Scan(&moved); err != nil {
+		var moved int64
+		streaming := w != nil && w.live.Load()
+		if streaming {
+			// A write to the outbox after this rings again.
+			select {
+			case <-w.wake:
+			default:
+			}
+			err = conn.QueryRow(qctx, sql, f.opts.SequencerBatch, 0, 0, 0).Scan(&moved)
+		} else {
+			err = conn.QueryRow(qctx, sql, f.opts.SequencerBatch, wait, time.Since(last).Milliseconds(), maxPause).Scan(&moved)
+		}
+		if err != nil {
 			return err
 		}
 		if moved > 0 {
@@ -211,9 +235,79 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 			f.sequenced.Add(moved)
 			unvacuumed += moved
 			f.ring() // this node's tailers need not wait for the notification
+			if streaming && cause == lookPoll {
+				// Changes the stream did not ring for: the outbox may have
+				// a new file (VACUUM FULL); read where its writes go again.
+				if err := w.refresh(qctx, conn); err != nil {
+					return err
+				}
+			}
+			cause = lookAfterStep
 			protocol.Sleep(ctx, sequencerStepGap)
+			continue
 		}
+		if !streaming {
+			continue
+		}
+		// Nothing committed yet. After a wake-up, look once more soon: the
+		// WAL of a commit reaches the stream a moment before the commit is
+		// visible to other sessions.
+		d := f.opts.SequencerInterval
+		if cause == lookWoken {
+			d = sequencerRelook
+		} else if f.onStreamWait != nil {
+			f.onStreamWait()
+		}
+		timer.Reset(d)
+		select {
+		case <-w.wake:
+			cause = lookWoken
+			f.walWakeups.Add(1)
+		case <-timer.C:
+			cause = lookPoll
+			if d == sequencerRelook {
+				cause = lookRelook
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		timer.Stop()
 	}
+}
+
+// Why the sequencer looks at the outbox.
+const (
+	lookPoll      = iota // its poll interval passed
+	lookWoken            // the WAL stream showed a write to the outbox
+	lookRelook           // a look after a wake-up found nothing; once more
+	lookAfterStep        // a step moved changes; more may be waiting
+)
+
+// sequencerRelook is how soon the sequencer looks again after a wake-up
+// whose look found nothing committed.
+const sequencerRelook = time.Millisecond
+
+// startWALWaker starts the WAL stream of a term on conn (see walwake.go),
+// unless Options.PollOnly is set or an earlier term found the stream
+// refused for good. A nil waker means the term polls.
+func (f *Feed) startWALWaker(ctx context.Context, conn *pgx.Conn) (*walWaker, error) {
+	if f.opts.PollOnly || f.walRefused.Load() {
+		return nil, nil
+	}
+	s, err := f.outboxScan(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &walWaker{f: f, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	w.scan.Store(s)
+	w.cancel = cancel
+	f.waker.Store(w)
+	go func() {
+		defer close(w.done)
+		w.run(wctx)
+	}()
+	return w, nil
 }
 
 // closePgConn closes a dedicated connection, bounded in time.

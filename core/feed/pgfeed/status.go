@@ -48,6 +48,11 @@ type SequencerStatus struct {
 	// positions; Sequenced, the changes they gave positions to.
 	Steps     int64 `json:"steps"`
 	Sequenced int64 `json:"sequenced"`
+	// WALStream reports whether the leader's term reads the WAL stream to
+	// learn of new changes at once (see Options.PollOnly); false while it
+	// polls. WALWakeups counts the looks the stream started.
+	WALStream  bool  `json:"wal_stream"`
+	WALWakeups int64 `json:"wal_wakeups"`
 }
 
 // SequencerStatus returns the feed's sequencer role and counters. It reads
@@ -57,9 +62,13 @@ func (f *Feed) SequencerStatus() SequencerStatus {
 	candidate := f.sequencerOn && !f.closed
 	f.mu.Unlock()
 	st := SequencerStatus{
-		Terms:     f.sequencerTerms.Load(),
-		Steps:     f.sequencerSteps.Load(),
-		Sequenced: f.sequenced.Load(),
+		Terms:      f.sequencerTerms.Load(),
+		Steps:      f.sequencerSteps.Load(),
+		Sequenced:  f.sequenced.Load(),
+		WALWakeups: f.walWakeups.Load(),
+	}
+	if w := f.waker.Load(); w != nil {
+		st.WALStream = w.live.Load()
 	}
 	switch {
 	case f.sequencing.Load():
