@@ -137,6 +137,10 @@ $tide$`,
 			sequenceFunction(n, true),
 		}
 	}},
+	// Version 6: a step that returns the changes it gave positions to, so
+	// the sequencer hands them to its own node's tailers without their
+	// reading the log again.
+	{6, func(n names) []string { return []string{stepRowsFunction(n)} }},
 }
 
 // positionBlock is how many positions a durable reservation covers: a
@@ -159,18 +163,7 @@ func sequenceFunction(n names, reserve bool) string {
 		create = "CREATE OR REPLACE FUNCTION"
 		decl = "\n  reserved bigint;\n  hi bigint;"
 		lock = "reserved := " + n.stepFn + "();"
-		commit = `
-        hi := pg_catalog.currval(` + n.seqLit + `);
-        IF hi > reserved THEN
-          -- Past the reservation: extend it, durably, before these
-          -- positions become visible.
-          UPDATE ` + n.meta + ` SET reserved = hi + ` + strconv.Itoa(positionBlock) + `;
-          IF pg_catalog.current_setting('synchronous_commit') = 'off' THEN
-            PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
-          END IF;
-        ELSE
-          PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
-        END IF;`
+		commit = reservationCommit(n)
 	}
 	return create + ` ` + n.seqFn + `(max_txs integer, wait_ms integer, idle_ms integer, max_pause_ms integer)
 RETURNS TABLE (moved bigint, head bigint) LANGUAGE plpgsql AS $tide$
@@ -211,6 +204,68 @@ BEGIN
   RETURN NEXT;
 END
 $tide$`
+}
+
+// stepRowsFunction returns the statement creating the step_rows function:
+// one sequencing step, exactly as the sequence function's (the same lock,
+// reservation and batch bound), that waits for nothing and returns the
+// changes it gave positions to, in position order, each with the head
+// before the step (before). Steps are serialized and take their positions
+// after every earlier step's, so the changes are exactly those in (before,
+// their last position]: a tailer whose cursor is at before may take them
+// as the log's next ones. Nothing moved, nothing returned.
+func stepRowsFunction(n names) string {
+	ret := "pos, resource, op, key, scope, data, origin, prev, xid"
+	sel := "SELECT head_before, i.pos, i.resource, i.op, i.key, i.scope, i.data, i.origin, i.prev, i.xid::text::bigint FROM i ORDER BY i.pos"
+	return `CREATE FUNCTION ` + n.stepRowsFn + `(max_txs integer)
+RETURNS TABLE (before bigint, pos bigint, resource text, op smallint, key text, scope text[], data jsonb, origin text, prev jsonb, tx bigint)
+LANGUAGE plpgsql AS $tide$
+#variable_conflict use_column
+DECLARE
+  reserved bigint;
+  hi bigint;
+  head_before bigint;
+  moved bigint;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM ` + n.outbox + `) THEN
+    RETURN;
+  END IF;
+  reserved := ` + n.stepFn + `();
+  -- After the step lock: every earlier step's positions are visible.
+  head_before := ` + n.headExpr + `;
+  IF max_txs <= 0 OR (SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + ` LIMIT max_txs + 1) x) <= max_txs THEN
+    RETURN QUERY WITH ` + n.moveReturning(true, "", ret) + `
+    ` + sel + `;
+  ELSE
+    RETURN QUERY WITH b AS (
+      SELECT o.xid FROM ` + n.outbox + ` o GROUP BY o.xid ORDER BY max(o.id) LIMIT max_txs
+    ), ` + n.moveReturning(true, "b", ret) + `
+    ` + sel + `;
+  END IF;
+  GET DIAGNOSTICS moved = ROW_COUNT;
+  IF moved > 0 THEN` + reservationCommit(n) + `
+    PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
+  END IF;
+END
+$tide$`
+}
+
+// reservationCommit is the PL/pgSQL of a step of schema version 5 on, after
+// it moved changes: past the reservation it extends it and commits
+// waiting for the flush; within it, without (see sequenceFunction).
+func reservationCommit(n names) string {
+	return `
+        hi := pg_catalog.currval(` + n.seqLit + `);
+        IF hi > reserved THEN
+          -- Past the reservation: extend it, durably, before these
+          -- positions become visible.
+          UPDATE ` + n.meta + ` SET reserved = hi + ` + strconv.Itoa(positionBlock) + `;
+          IF pg_catalog.current_setting('synchronous_commit') = 'off' THEN
+            PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+          END IF;
+        ELSE
+          PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+        END IF;`
 }
 
 // lockArgs renders the two keys of an advisory lock as SQL arguments.

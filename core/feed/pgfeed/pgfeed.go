@@ -169,11 +169,12 @@ type Feed struct {
 	sequencerTerms atomic.Int64
 	sequencerSteps atomic.Int64
 	sequenced      atomic.Int64
-	waker          atomic.Pointer[walWaker] // the current term's WAL wake-up, or nil
-	walWakeups     atomic.Int64             // looks the WAL stream started
-	walRefused     atomic.Bool              // the WAL stream failed for good once (logged)
-	onStreamWait   func()                   // test hook: the sequencer waits for the WAL stream to ring
-	onWALRefused   func()                   // test hook: the WAL stream failed for good
+	waker          atomic.Pointer[walWaker]       // the current term's WAL wake-up, or nil
+	stepped        atomic.Pointer[steppedChanges] // the changes of this node's latest step, for its tailers
+	walWakeups     atomic.Int64                   // looks the WAL stream started
+	walRefused     atomic.Bool                    // the WAL stream failed for good once (logged)
+	onStreamWait   func()                         // test hook: the sequencer waits for the WAL stream to ring
+	onWALRefused   func()                         // test hook: the WAL stream failed for good
 }
 
 var (
@@ -292,6 +293,7 @@ type names struct {
 	changes    string // qualified, quoted
 	outbox     string // unsequenced changes
 	seqFn      string // the sequencer function
+	stepRowsFn string // a step returning the changes it gave positions to (see stepRowsFunction)
 	stepFn     string // begins a step: the step lock, and the sequence past the reservation after a restart
 	meta       string
 	resources  string
@@ -309,6 +311,7 @@ type names struct {
 	headExpr         string // scalar subquery: the head
 	moveAll          string // CTEs moving the whole visible outbox into the log (for a WITH); i holds the new positions
 	headSQL, tailSQL string
+	stepRowsSQL      string // a step returning its changes, in scanChanges's layout (before in place of the floor)
 }
 
 // Advisory lock classes ("tide", "tidm", "tidp", "tids" as big-endian
@@ -329,6 +332,7 @@ func newNames(schema string) names {
 		changes:    q("changes"),
 		outbox:     q("outbox"),
 		seqFn:      q("sequence"),
+		stepRowsFn: q("step_rows"),
 		stepFn:     q("begin_step"),
 		meta:       q("meta"),
 		resources:  q("resources"),
@@ -352,6 +356,7 @@ func newNames(schema string) names {
 FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
 LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
  WHERE pos > $1 ORDER BY pos LIMIT $2) c ON true ORDER BY c.pos`
+	n.stepRowsSQL = `SELECT s.before, s.pos, s.resource, s.op, s.key, s.scope, s.data, coalesce(s.origin, ''), s.prev, s.tx FROM ` + n.stepRowsFn + `($1) s`
 	return n
 }
 
@@ -361,7 +366,10 @@ LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin, prev, ` +
 // names a CTE of the transactions (xid) to move; otherwise every row the
 // statement's snapshot sees moves. v5 moves what schema version 5 added:
 // the rows' previous versions and their transaction ids.
-func (n names) move(v5 bool, using string) string {
+func (n names) move(v5 bool, using string) string { return n.moveReturning(v5, using, "pos") }
+
+// moveReturning is move with the log columns its i returns.
+func (n names) moveReturning(v5 bool, using, returning string) string {
 	cols, ret := "o.id, o.xid, o.resource, o.op, o.key, o.scope, o.data, o.origin", "resource, op, key, scope, data, origin"
 	if v5 {
 		cols, ret = cols+", o.prev", ret+", prev, xid"
@@ -377,7 +385,7 @@ func (n names) move(v5 bool, using string) string {
   SELECT pg_catalog.nextval(` + n.seqLit + `), s.` + strings.ReplaceAll(ret, ", ", ", s.") + `
   FROM (SELECT d.*, max(d.id) OVER (PARTITION BY d.xid) AS last FROM d) s
   ORDER BY s.last, s.id
-  RETURNING pos
+  RETURNING ` + returning + `
 )`
 }
 

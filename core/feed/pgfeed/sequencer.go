@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
 )
 
@@ -222,7 +223,7 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 			case <-w.wake:
 			default:
 			}
-			err = conn.QueryRow(qctx, sql, f.opts.SequencerBatch, 0, 0, 0).Scan(&moved)
+			moved, err = f.stepRows(qctx, conn)
 		} else {
 			err = conn.QueryRow(qctx, sql, f.opts.SequencerBatch, wait, time.Since(last).Milliseconds(), maxPause).Scan(&moved)
 		}
@@ -275,6 +276,30 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
+// stepRows runs one step that returns the changes it gave positions to (see
+// stepRowsFunction) and hands them to this node's tailers.
+func (f *Feed) stepRows(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	rows, err := conn.Query(ctx, f.n.stepRowsSQL, f.opts.SequencerBatch)
+	if err != nil {
+		return 0, err
+	}
+	// The rows are read through the statement's end: the step has
+	// committed, so the changes are the log's.
+	before, changes, err := scanChanges(rows, "")
+	if err != nil || len(changes) == 0 {
+		return 0, err
+	}
+	f.stepped.Store(&steppedChanges{before: feed.Position(before), changes: changes})
+	return int64(len(changes)), nil
+}
+
+// steppedChanges are the changes of the sequencer's latest step and the
+// head before it: the log's changes in (before, the last one's position].
+type steppedChanges struct {
+	before  feed.Position
+	changes []feed.Change
+}
+
 // Why the sequencer looks at the outbox.
 const (
 	lookPoll      = iota // its poll interval passed
@@ -285,7 +310,7 @@ const (
 
 // sequencerRelook is how soon the sequencer looks again after a wake-up
 // whose look found nothing committed.
-const sequencerRelook = time.Millisecond
+const sequencerRelook = 200 * time.Microsecond
 
 // startWALWaker starts the WAL stream of a term on conn (see walwake.go),
 // unless Options.PollOnly is set or an earlier term found the stream

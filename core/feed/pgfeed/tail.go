@@ -3,6 +3,7 @@ package pgfeed
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,11 @@ func (f *Feed) Tail(ctx context.Context, after feed.Position, limit int) ([]feed
 		}
 		// The doorbell is taken before the read, so a notification
 		// arriving between the read and the wait is not missed.
+		if st := f.stepped.Load(); st != nil && st.before == after {
+			// This node's sequencer just gave the next positions: they
+			// are the log's next changes, no read needed.
+			return slices.Clone(st.changes[:min(limit, len(st.changes))]), nil
+		}
 		rows, err := f.pool.Query(ctx, f.n.tailSQL, pos(after), limit)
 		if err != nil {
 			return nil, f.tailErr(ctx, err)
