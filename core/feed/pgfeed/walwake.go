@@ -68,6 +68,10 @@ func (w *walWaker) refresh(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
+// walSilence is how long the stream may send nothing before it is
+// reopened.
+const walSilence = 90 * time.Second
+
 // errWALNotForStandbys means the server names synchronous standbys: the
 // wake-up does not stream, lest it become one.
 var errWALNotForStandbys = errors.New("synchronous_standby_names is set")
@@ -100,6 +104,9 @@ func (w *walWaker) run(ctx context.Context) {
 	f := w.f
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		err := w.stream(ctx)
+		if w.live.Load() {
+			attempt = 0 // it streamed: a fresh failure
+		}
 		w.live.Store(false)
 		w.signal() // the sequencer polls again
 		if ctx.Err() != nil {
@@ -170,7 +177,12 @@ func (w *walWaker) stream(ctx context.Context) error {
 	var received uint64 // LSN after the last WAL byte received
 	var reply []byte
 	for {
-		msg, err := conn.ReceiveMessage(ctx)
+		// The server sends a keepalive at least every half
+		// wal_sender_timeout (60 s by default); a stream silent for longer
+		// is gone, though its connection may not say so.
+		rctx, cancel := context.WithTimeout(ctx, walSilence)
+		msg, err := conn.ReceiveMessage(rctx)
+		cancel()
 		if err != nil {
 			return err
 		}
