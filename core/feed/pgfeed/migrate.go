@@ -209,11 +209,12 @@ $tide$`
 // stepRowsFunction returns the statement creating the step_rows function:
 // one sequencing step, exactly as the sequence function's (the same lock,
 // reservation and batch bound), that waits for nothing and returns the
-// changes it gave positions to, in position order, each with the head
-// before the step (before). Steps are serialized and take their positions
-// after every earlier step's, so the changes are exactly those in (before,
-// their last position]: a tailer whose cursor is at before may take them
-// as the log's next ones. Nothing moved, nothing returned.
+// changes it gave positions to, in position order, each with the last
+// position given before the step (before). Steps are serialized and take
+// their positions after every earlier step's, so the changes are exactly
+// those in (before, their last position]: a tailer whose cursor is at
+// before may take them as the log's next ones. Nothing moved, nothing
+// returned.
 func stepRowsFunction(n names) string {
 	ret := "pos, resource, op, key, scope, data, origin, prev, xid"
 	sel := "SELECT head_before, i.pos, i.resource, i.op, i.key, i.scope, i.data, i.origin, i.prev, i.xid::text::bigint FROM i ORDER BY i.pos"
@@ -231,8 +232,10 @@ BEGIN
     RETURN;
   END IF;
   reserved := ` + n.stepFn + `();
-  -- After the step lock: every earlier step's positions are visible.
-  head_before := ` + n.headExpr + `;
+  -- After the step lock: the last position any earlier step gave. Those
+  -- of steps that failed are holes, so a cursor at the head may be below
+  -- it, and then does not take these changes as its next ones.
+  SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END INTO head_before FROM ` + n.seq + ` s;
   IF max_txs <= 0 OR (SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + ` LIMIT max_txs + 1) x) <= max_txs THEN
     RETURN QUERY WITH ` + n.moveReturning(true, "", ret) + `
     ` + sel + `;
