@@ -10,7 +10,9 @@ import (
 )
 
 // catchUp replays the scope from the cursor (or snapshots it when there is
-// none) up to a pinned high-water, then switches the subscription to live.
+// none, or when the backlog after the cursor is at least as large as the
+// scope: backlogLarger) up to a pinned high-water, then switches the
+// subscription to live.
 // Live changes that arrived meanwhile were buffered: those at or below the
 // high-water are dropped (the replay covered them), the rest follow the
 // caught-up frame in order.
@@ -22,6 +24,9 @@ func (s *subscription) catchUp(sp startPoint) error {
 		}
 	}
 	snapshot, from, after, hasAfter := sp.snapshot, sp.pos, sp.after, sp.resumed
+	// Only a client's own cursor is weighed against its scope, once: the
+	// rounds after a snapshot replay what changed while it was read.
+	probe := !snapshot
 	for {
 		if snapshot {
 			start, err := s.sendSnapshot(from, after, hasAfter)
@@ -34,7 +39,21 @@ func (s *subscription) catchUp(sp startPoint) error {
 		reason := protocol.ResetCursorExpired
 		if errors.Is(err, errCursorAhead) {
 			err, reason = feed.ErrCursorExpired, protocol.ResetCursorAhead
-		} else if err == nil {
+		}
+		if err == nil && probe {
+			// A backlog at least as large as the scope is sent as the
+			// scope's rows, exactly as an expired cursor is.
+			probe = false
+			var larger bool
+			if larger, err = s.backlogLarger(from, hw); err == nil && larger {
+				if err := s.reset(protocol.ResetBacklog); err != nil {
+					return err
+				}
+				snapshot, from = true, 0
+				continue
+			}
+		}
+		if err == nil {
 			err = s.sendReplay(from, hw)
 		}
 		if errors.Is(err, feed.ErrCursorExpired) {

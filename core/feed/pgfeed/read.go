@@ -80,11 +80,28 @@ const txExpr = `coalesce(xid::text::bigint, xmin::text::bigint + 1)`
 // replaySQL builds the replay statement of q and its arguments.
 func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 	n := f.n
-	res := quoteLit(q.Scope.Schema.Name)
 	args := []any{pos(q.After), pos(q.Until), q.Limit}
+	where, args := changesWhere(q.Scope, args)
+	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
+FROM ` + f.floorFrom(q.Scope.Schema.Name) + `
+LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
+ WHERE ` + where + ` ORDER BY pos LIMIT $3) c ON true`
+	return sql, args
+}
+
+// floorFrom is a FROM item of one row, f.floor: the resource's retained
+// floor, or -1 when the resource has no capture installed.
+func (f *Feed) floorFrom(resource string) string {
+	return `(SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
+  FROM ` + f.n.meta + ` m LEFT JOIN ` + f.n.resources + ` r ON r.name = ` + quoteLit(resource) + `) AS floor) f`
+}
+
+// changesWhere returns the condition selecting the change log rows of sc
+// with $1 < pos <= $2, adding its parameters to args.
+func changesWhere(sc feed.Scope, args []any) (string, []any) {
 	var where strings.Builder
-	where.WriteString("resource = " + res)
-	conds, none := storable(q.Scope.Conds)
+	where.WriteString("resource = " + quoteLit(sc.Schema.Name))
+	conds, none := storable(sc.Conds)
 	if none {
 		where.WriteString(" AND false")
 	}
@@ -99,12 +116,7 @@ func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 		}
 	}
 	where.WriteString(" AND pos > $1 AND pos <= $2")
-	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
-FROM (SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
-  FROM ` + n.meta + ` m LEFT JOIN ` + n.resources + ` r ON r.name = ` + res + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
- WHERE ` + where.String() + ` ORDER BY pos LIMIT $3) c ON true`
-	return sql, args
+	return where.String(), args
 }
 
 // Snapshot returns up to q.Limit of the scope's current rows with keys after
@@ -224,12 +236,38 @@ func (f *Feed) snapshotPage(ctx context.Context, q querier, p *plan, sq feed.Sna
 // reports the head past them.
 func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence bool) (string, []any) {
 	args := []any{q.Limit}
+	where, args := p.rowsWhere(q.Scope, typed, args)
+	if q.HasAfter {
+		args = append(args, q.After)
+		where = append(where, "t."+p.key+" > $"+strconv.Itoa(len(args)))
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	head, count := "h.head", "(SELECT count(*) FROM (SELECT 1 FROM "+f.n.outbox+" LIMIT 1) o)"
+	with := ""
+	if sequence {
+		head, count, with = "greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0))", "(SELECT count(*) FROM i)", "WITH "+f.n.moveAll+"\n"
+	}
+	sql := with + `SELECT ` + head + `, ` + count + `, r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
+FROM (SELECT ` + f.n.headExpr + ` AS head) h
+LEFT JOIN LATERAL (SELECT ` + p.keyExpr("t") + ` AS k, ` + p.scopeExpr("t") + ` AS sc, ` + p.rowExpr("t") + ` AS data, t.` + p.key + ` AS sk
+ FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1) r ON true ORDER BY r.sk`
+	return sql, args
+}
+
+// rowsWhere returns the conditions (to be joined with AND) selecting the
+// rows of sc from the table aliased t, adding their parameters to args:
+// compared as canonical text, and with typed also in the columns' types so
+// that the table's indexes serve them (see Snapshot).
+func (p *plan) rowsWhere(sc feed.Scope, typed bool, args []any) ([]string, []any) {
 	param := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
 	var where []string
-	conds, none := storable(q.Scope.Conds)
+	conds, none := storable(sc.Conds)
 	if none {
 		where = append(where, "false")
 	}
@@ -251,23 +289,7 @@ func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence bool) 
 		}
 		where = append(where, col+"::text = ANY("+param(c.Values)+")")
 	}
-	if q.HasAfter {
-		where = append(where, "t."+p.key+" > "+param(q.After))
-	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
-	}
-	head, count := "h.head", "(SELECT count(*) FROM (SELECT 1 FROM "+f.n.outbox+" LIMIT 1) o)"
-	with := ""
-	if sequence {
-		head, count, with = "greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0))", "(SELECT count(*) FROM i)", "WITH "+f.n.moveAll+"\n"
-	}
-	sql := with + `SELECT ` + head + `, ` + count + `, r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
-FROM (SELECT ` + f.n.headExpr + ` AS head) h
-LEFT JOIN LATERAL (SELECT ` + p.keyExpr("t") + ` AS k, ` + p.scopeExpr("t") + ` AS sc, ` + p.rowExpr("t") + ` AS data, t.` + p.key + ` AS sk
- FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1) r ON true ORDER BY r.sk`
-	return sql, args
+	return where, args
 }
 
 // isBadParameter reports whether err says a bound parameter is not a valid
