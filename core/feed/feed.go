@@ -146,6 +146,20 @@ type Counter interface {
 	Count(ctx context.Context, q CountQuery) (Counts, error)
 }
 
+// SnapshotStreamer is implemented by feeds that read a snapshot's pages
+// in one pass, cheaper than a Snapshot call per page.
+type SnapshotStreamer interface {
+	// SnapshotPages reads the pages Snapshot would return for q and the
+	// pages after it (each of up to q.Limit rows, after the previous
+	// page's last key), all consistent at one Pos, and passes each to fn
+	// in order. It stops after the last page (shorter than q.Limit,
+	// possibly empty), when fn returns an error (which it returns), or
+	// after any full page at the feed's discretion (to bound how long it
+	// holds a snapshot of its store): the caller then goes on after that
+	// page's last key. Pages are the caller's to keep.
+	SnapshotPages(ctx context.Context, q SnapshotQuery, fn func(SnapshotPage) error) error
+}
+
 // Feed is a commit-ordered change log. Implementations must be safe for
 // concurrent use; every method honours ctx.
 type Feed interface {
