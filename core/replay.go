@@ -56,6 +56,29 @@ func (pg *page) add(entry []byte) {
 // named adds the change's resource to the entry (subscriptions of several
 // resources).
 func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapshot, named bool) {
+	if r.filter != nil && c.Op == feed.OpUpsert {
+		// Most upserts are visible: decoded and checked here, and
+		// encoded in place; the others go through see with the row
+		// already decoded.
+		enc := entryBytes{}
+		if visible, _ := r.filter.check(p, c, &enc.view); visible {
+			if pg.n > 0 {
+				pg.buf = append(pg.buf, ',')
+			}
+			pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
+			if named {
+				pg.buf = appendResource(pg.buf, c.Resource)
+			}
+			pg.n++
+			return
+		}
+		n := pg.n
+		pg.add(r.see(p, c, &enc, snapshot))
+		if named && pg.n > n {
+			pg.buf = appendResource(pg.buf, c.Resource)
+		}
+		return
+	}
 	if r.filter != nil {
 		n := pg.n
 		pg.add(r.see(p, c, nil, snapshot))

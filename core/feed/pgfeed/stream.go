@@ -2,13 +2,10 @@ package pgfeed
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,10 +14,10 @@ import (
 
 var _ feed.SnapshotStreamer = (*Feed)(nil)
 
-// streamWindow bounds how long SnapshotPages keeps one transaction (and so
-// one snapshot, which holds back vacuum) open: past it, it stops after the
-// page it is at, and the caller goes on with another.
-const streamWindow = time.Second
+// streamPages bounds the pages SnapshotPages reads in one transaction (and
+// so how long it holds one snapshot, which holds back vacuum, when the
+// caller is slow to take them): the caller goes on with another.
+const streamPages = 100
 
 // SnapshotPages reads the scope's rows in key order through one cursor in a
 // repeatable-read, read-only transaction, a page (q.Limit rows) per FETCH,
@@ -66,7 +63,6 @@ var errPending = errors.New("pgfeed: the snapshot sees changes without positions
 // streamSnapshot is one transaction of SnapshotPages; sent reports whether
 // fn was called.
 func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, typed bool, fn func(feed.SnapshotPage) error) (sent bool, err error) {
-	start := time.Now()
 	tx, err := f.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return false, err
@@ -88,35 +84,46 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	query := `SELECT ` + strings.Join(p.snapSel, ", ") + ` FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key
-	// pgx caches a statement's result description by its text: the
-	// cursor is named after its query, so one FETCH text always has the
-	// same result columns.
-	sum := sha256.Sum256([]byte(query))
-	cursor := "tide_snapshot_" + hex.EncodeToString(sum[:8])
-	if _, err := tx.Exec(ctx, `DECLARE `+cursor+` NO SCROLL CURSOR FOR `+query, args...); err != nil {
+	// One statement streams the rows (Postgres produces them while they
+	// are decoded and sent); it reads at most streamPages pages, after
+	// which the caller goes on with another transaction.
+	args = append(args, q.Limit*streamPages)
+	rows, err := tx.Query(ctx, `SELECT `+strings.Join(p.snapSel, ", ")+` FROM `+p.table+` t`+cond+` ORDER BY t.`+p.key+` LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
 		return false, err
 	}
-	fetch := "FETCH " + strconv.Itoa(q.Limit) + " FROM " + cursor
-	for {
-		rows, err := tx.Query(ctx, fetch)
+	defer rows.Close()
+	var mem slab
+	var row []byte
+	newPage := func() feed.SnapshotPage {
+		return feed.SnapshotPage{Pos: feed.Position(head), Rows: make([]feed.Change, 0, min(q.Limit, 1024))}
+	}
+	page, total := newPage(), 0
+	for rows.Next() {
+		fds, vals := rows.FieldDescriptions(), rows.RawValues()
+		if len(fds) != len(p.snapSel) || len(vals) != len(fds) {
+			return sent, fmt.Errorf("pgfeed: snapshot: %d result columns, want %d", len(fds), len(p.snapSel))
+		}
+		c, err := p.decodeSnapshotRow(fds, vals, &mem, &row)
 		if err != nil {
 			return sent, err
 		}
-		page, err := f.decodeRows(rows, p, q)
-		if err != nil {
-			return sent, err
-		}
-		page.Pos = feed.Position(head)
-		for i := range page.Rows {
-			page.Rows[i].Pos = page.Pos
-		}
-		sent = true
-		if err := fn(page); err != nil {
-			return sent, err
-		}
-		if len(page.Rows) < q.Limit || time.Since(start) > streamWindow {
-			return sent, nil
+		c.Resource, c.Pos = q.Scope.Schema.Name, page.Pos
+		page.Rows = append(page.Rows, c)
+		if total++; len(page.Rows) == q.Limit {
+			sent = true
+			if err := fn(page); err != nil {
+				return sent, err
+			}
+			page, mem = newPage(), slab{}
 		}
 	}
+	if err := rows.Err(); err != nil {
+		return sent, err
+	}
+	if total == q.Limit*streamPages {
+		return sent, nil // stopped after a full page: the caller goes on
+	}
+	sent = true
+	return sent, fn(page) // the last page, shorter than q.Limit
 }
