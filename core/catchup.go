@@ -10,7 +10,9 @@ import (
 )
 
 // catchUp replays the scope from the cursor (or snapshots it when there is
-// none) up to a pinned high-water, then switches the subscription to live.
+// none, or when the backlog after the cursor is at least as large as the
+// scope: backlogLarger) up to a pinned high-water, then switches the
+// subscription to live.
 // Live changes that arrived meanwhile were buffered: those at or below the
 // high-water are dropped (the replay covered them), the rest follow the
 // caught-up frame in order.
@@ -22,6 +24,9 @@ func (s *subscription) catchUp(sp startPoint) error {
 		}
 	}
 	snapshot, from, after, hasAfter := sp.snapshot, sp.pos, sp.after, sp.resumed
+	// Only a client's own cursor is weighed against its scope, once: the
+	// rounds after a snapshot replay what changed while it was read.
+	probe := !snapshot
 	for {
 		if snapshot {
 			start, err := s.sendSnapshot(from, after, hasAfter)
@@ -34,7 +39,21 @@ func (s *subscription) catchUp(sp startPoint) error {
 		reason := protocol.ResetCursorExpired
 		if errors.Is(err, errCursorAhead) {
 			err, reason = feed.ErrCursorExpired, protocol.ResetCursorAhead
-		} else if err == nil {
+		}
+		if err == nil && probe {
+			// A backlog at least as large as the scope is sent as the
+			// scope's rows, exactly as an expired cursor is.
+			probe = false
+			var larger bool
+			if larger, err = s.backlogLarger(from, hw); err == nil && larger {
+				if err := s.reset(protocol.ResetBacklog); err != nil {
+					return err
+				}
+				snapshot, from = true, 0
+				continue
+			}
+		}
+		if err == nil {
 			err = s.sendReplay(from, hw)
 		}
 		if errors.Is(err, feed.ErrCursorExpired) {
@@ -64,6 +83,9 @@ func (s *subscription) catchUp(sp startPoint) error {
 // in name order, its snapshot cursors naming the resource (multiAfter); the
 // replay from the first page's position then brings every resource to one
 // position.
+//
+// As in sendReplay, a goroutine reads and encodes the pages up to
+// replayAhead ahead of the one being sent.
 func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter bool) (feed.Position, error) {
 	e := s.c.e
 	first := !hasAfter
@@ -71,31 +93,51 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 	if ts.multi() && hasAfter {
 		i, after, hasAfter, _ = parseMultiAfter(ts, after) // checked by parseRequest
 	}
-	for i < len(ts) {
-		t := ts[i]
-		pg, err := e.snapshotPage(s.ctx, t.res, s.principal(), t.scope, after, hasAfter, s.limit, ts.multi())
-		if err != nil {
-			return 0, err
+	type result struct {
+		pg  page
+		t   *target
+		err error
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel() // stops the reader if sending fails
+	pages := make(chan result, replayAhead)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer close(pages)
+		for ; i < len(ts); i, after, hasAfter = i+1, "", false {
+			t := &ts[i]
+			ok := e.snapshotPages(ctx, t.res, s.principal(), t.scope, after, hasAfter, s.limit, ts.multi(), func(pg page, err error) bool {
+				select {
+				case pages <- result{pg, t, err}:
+					return err == nil
+				case <-ctx.Done():
+					return false
+				}
+			})
+			if !ok {
+				return
+			}
+		}
+	}()
+	for r := range pages {
+		if r.err != nil {
+			return 0, r.err
 		}
 		if first {
-			start, first = pg.pos, false
+			start, first = r.pg.pos, false
 		}
-		if pg.n > 0 {
-			cur := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start), Snapshot: true, After: pg.lastKey}
+		if r.pg.n > 0 {
+			cur := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start), Snapshot: true, After: r.pg.lastKey}
 			if ts.multi() {
-				cur.After = multiAfter(t.res.schema.Name, pg.lastKey, true)
+				cur.After = multiAfter(r.t.res.schema.Name, r.pg.lastKey, true)
 			}
-			if err := s.sendPage(pg, cur.String()); err != nil {
+			if err := s.sendPage(r.pg, cur.String()); err != nil {
 				return 0, err
 			}
 		}
-		if pg.read < s.limit {
-			i, after, hasAfter = i+1, "", false
-			continue
-		}
-		after, hasAfter = pg.lastKey, true
 	}
-	return start, nil
+	return start, ctx.Err()
 }
 
 // replayAhead is how many replay pages are read ahead of the one being

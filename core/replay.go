@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -55,6 +56,29 @@ func (pg *page) add(entry []byte) {
 // named adds the change's resource to the entry (subscriptions of several
 // resources).
 func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapshot, named bool) {
+	if r.filter != nil && c.Op == feed.OpUpsert {
+		// Most upserts are visible: decoded and checked here, and
+		// encoded in place; the others go through see with the row
+		// already decoded.
+		enc := entryBytes{}
+		if visible, _ := r.filter.check(p, c, &enc.view); visible {
+			if pg.n > 0 {
+				pg.buf = append(pg.buf, ',')
+			}
+			pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
+			if named {
+				pg.buf = appendResource(pg.buf, c.Resource)
+			}
+			pg.n++
+			return
+		}
+		n := pg.n
+		pg.add(r.see(p, c, &enc, snapshot))
+		if named && pg.n > n {
+			pg.buf = appendResource(pg.buf, c.Resource)
+		}
+		return
+	}
 	if r.filter != nil {
 		n := pg.n
 		pg.add(r.see(p, c, nil, snapshot))
@@ -144,11 +168,71 @@ func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principa
 	if err != nil {
 		return page{}, err
 	}
+	return snapshotEntries(r, p, sp, after, named), nil
+}
+
+// snapshotEntries encodes a snapshot page for p; after is the key the
+// page was read after.
+func snapshotEntries(r *resource, p authz.Principal, sp feed.SnapshotPage, after string, named bool) page {
 	pg := newPage(sp.Rows)
 	pg.pos, pg.lastKey = sp.Pos, after
 	for i := range sp.Rows {
 		pg.addChange(r, p, &sp.Rows[i], true, named)
 		pg.lastKey = sp.Rows[i].Key
 	}
-	return pg, nil
+	return pg
+}
+
+// errStopSnapshot ends a feed's SnapshotPages when its pages are no longer
+// wanted.
+var errStopSnapshot = errors.New("tide: snapshot no longer read")
+
+// snapshotPages reads every page of sc's current rows after the given key
+// and passes each to emit, in order, until the last (shorter than limit)
+// or until emit returns false. It reports whether it reached the last
+// page. An error is passed to emit, and ends the read.
+//
+// A feed that implements feed.SnapshotStreamer reads many pages in one
+// pass, holding one catch-up slot for the pass; otherwise every page is a
+// snapshotPage.
+func (e *Engine) snapshotPages(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int, named bool, emit func(page, error) bool) bool {
+	streamer, stream := e.feed.(feed.SnapshotStreamer)
+	for {
+		if !stream {
+			pg, err := e.snapshotPage(ctx, r, p, sc, after, hasAfter, limit, named)
+			if !emit(pg, err) {
+				return false
+			}
+			if pg.read < limit {
+				return true
+			}
+			after, hasAfter = pg.lastKey, true
+			continue
+		}
+		release, err := e.acquireCatchUp(ctx, p)
+		if err != nil {
+			emit(page{}, err)
+			return false
+		}
+		last := false
+		err = streamer.SnapshotPages(ctx, feed.SnapshotQuery{Scope: sc, After: after, HasAfter: hasAfter, Limit: limit}, func(sp feed.SnapshotPage) error {
+			e.stats.snapshotQueries.Add(1)
+			pg := snapshotEntries(r, p, sp, after, named)
+			if !emit(pg, nil) {
+				return errStopSnapshot
+			}
+			after, hasAfter, last = pg.lastKey, true, len(sp.Rows) < limit
+			return nil
+		})
+		release()
+		switch {
+		case errors.Is(err, errStopSnapshot):
+			return false
+		case err != nil:
+			emit(page{}, err)
+			return false
+		case last:
+			return true
+		}
+	}
 }

@@ -18,6 +18,7 @@ type counters struct {
 	delivered       atomic.Int64
 	dropped         atomic.Int64
 	resets          atomic.Int64
+	backlogs        atomic.Int64
 
 	mutationsApplied  atomic.Int64
 	mutationsRejected atomic.Int64
@@ -47,6 +48,9 @@ type Stats struct {
 	Delivered       int64 // live entries queued to sockets
 	Dropped         int64 // live entries dropped for backpressure
 	Resets          int64 // reset frames sent
+	// BacklogSnapshots counts catch-ups sent as a reset and a snapshot
+	// because their backlog was at least as large as their scope.
+	BacklogSnapshots int64
 
 	MutationsApplied  int64 // mutations acknowledged (replayed keys included)
 	MutationsRejected int64 // mutations rejected
@@ -78,6 +82,8 @@ func (e *Engine) Stats() Stats {
 		Delivered:       s.delivered.Load(),
 		Dropped:         s.dropped.Load(),
 		Resets:          s.resets.Load(),
+
+		BacklogSnapshots: s.backlogs.Load(),
 
 		MutationsApplied:  s.mutationsApplied.Load(),
 		MutationsRejected: s.mutationsRejected.Load(),

@@ -46,6 +46,7 @@ const (
 	kindCaughtUp
 	kindBad     // error or reset
 	kindMessage // an app channel message
+	kindReset   // a reset, with dialOpts.resetOK
 )
 
 // loadConn is one load-client connection and the counters of its reader
@@ -61,6 +62,8 @@ type loadConn struct {
 	caughtAt atomic.Int64 // clock() when the first caught-up arrived
 	replayed atomic.Int64 // entries received before the first caught-up
 	bad      atomic.Int64 // error and reset frames
+	resets   atomic.Int64 // reset frames, with dialOpts.resetOK
+	resetOK  bool
 	badMsg   atomic.Pointer[string]
 	dups     atomic.Int64 // latency: keys received twice
 
@@ -83,6 +86,9 @@ type dialOpts struct {
 	round   int    // picks the source addresses, so a second wave of connections does not reuse the first wave's ports
 	readBuf int    // read chunk size
 	track   int    // latency: track arrival of keys 0..track-1
+	// resetOK counts reset frames (resets) instead of failing on them: a
+	// replay of a backlog larger than its scope is a reset and a snapshot.
+	resetOK bool
 }
 
 // sourceAddr spreads connections over loopback source addresses
@@ -111,7 +117,7 @@ func dialLoad(ctx context.Context, addr string, i int, o dialOpts) (*loadConn, e
 	if err != nil {
 		return nil, err
 	}
-	c := &loadConn{i: i, ws: ws, done: make(chan struct{})}
+	c := &loadConn{i: i, ws: ws, done: make(chan struct{}), resetOK: o.resetOK}
 	c.caughtAt.Store(-1)
 	if o.track > 0 {
 		c.recv = make([]int64, o.track)
@@ -169,6 +175,10 @@ func (c *loadConn) readLoop(bufSize int) {
 		}
 		head := buf[:n]
 		kind := frameKind(head)
+		if kind == kindBad && c.resetOK && bytes.HasPrefix(head[frameTypeOffset:], []byte(`reset"`)) {
+			kind = kindReset
+			c.resets.Add(1)
+		}
 		switch kind {
 		case kindChanges, kindCaughtUp:
 			if i := bytes.Index(head, patCursor); i >= 0 {

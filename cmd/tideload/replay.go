@@ -153,7 +153,7 @@ func replay(args []string) error {
 		}
 		s1 := takeSample(srv)
 		start := clock()
-		c, err := dialLoad(ctx, srv.addr, run, dialOpts{path: "/tide/ws", tide: true, auth: *auth, scope: "s0", cursor: cursor, limit: *limit, readBuf: 64 << 10})
+		c, err := dialLoad(ctx, srv.addr, run, dialOpts{path: "/tide/ws", tide: true, auth: *auth, scope: "s0", cursor: cursor, limit: *limit, readBuf: 64 << 10, resetOK: true})
 		if err != nil {
 			return err
 		}
@@ -180,6 +180,8 @@ func replay(args []string) error {
 		res.Tide = append(res.Tide, float64(*rows)/secs)
 		res.TideUsage = append(res.TideUsage, s1.to(s2))
 		res.ReplayQueries = stB.Engine.ReplayQueries - stA.Engine.ReplayQueries
+		res.SnapshotQueries = stB.Engine.SnapshotQueries - stA.Engine.SnapshotQueries
+		res.Resets = c.resets.Load()
 		res.Frames = c.frames.Load()
 
 		// pgx SELECT of the same rows and columns from the table.
@@ -249,6 +251,8 @@ type replayResult struct {
 	SelectLogMedian float64   `json:"select_changelog_rows_per_s"`
 	Ratio           float64   `json:"tide_over_select"`
 	ReplayQueries   int64     `json:"replay_queries_per_run"`
+	SnapshotQueries int64     `json:"snapshot_queries_per_run"`
+	Resets          int64     `json:"resets_per_run"` // 1: the backlog was sent as a snapshot
 	Frames          int64     `json:"frames_per_run"`
 
 	Centrifugo       []float64 `json:"centrifugo_runs,omitempty"`
@@ -279,7 +283,11 @@ func (r replayResult) text() string {
 		}
 		return strings.Join(s, ", ")
 	}
-	fmt.Fprintf(&b, "  tide replay to the client:       %11s rows/s   (runs: %s; %d replay queries, %d frames per run)\n", commas(r.TideMedian), list(r.Tide), r.ReplayQueries, r.Frames)
+	how := fmt.Sprintf("%d replay queries", r.ReplayQueries)
+	if r.Resets > 0 {
+		how = fmt.Sprintf("reset (backlog) and snapshot: %d snapshot queries, %d replay queries", r.SnapshotQueries, r.ReplayQueries)
+	}
+	fmt.Fprintf(&b, "  tide replay to the client:       %11s rows/s   (runs: %s; %s, %d frames per run)\n", commas(r.TideMedian), list(r.Tide), how, r.Frames)
 	fmt.Fprintf(&b, "  pgx SELECT, table, same columns: %11s rows/s   (runs: %s)\n", commas(r.SelectMedian), list(r.Select))
 	fmt.Fprintf(&b, "  pgx SELECT, change log:          %11s rows/s   (runs: %s)\n", commas(r.SelectLogMedian), list(r.SelectLog))
 	if len(r.Centrifugo) > 0 {

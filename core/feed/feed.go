@@ -114,6 +114,52 @@ type SnapshotPage struct {
 	Pos  Position
 }
 
+// CountQuery asks how many changes one scope has in (After, Until] and how
+// many rows it holds now, each counted only up to a cap, so the answer costs
+// at most the cap's worth of reading whatever the size of the log or table.
+type CountQuery struct {
+	Scope Scope
+	After Position // exclusive lower bound of the changes counted
+	Until Position // inclusive upper bound of the changes counted
+	// MaxChanges caps the changes counted; zero skips the count.
+	MaxChanges int
+	// MaxRows caps the rows counted; zero skips the count.
+	MaxRows int
+}
+
+// Counts is the answer to a CountQuery.
+type Counts struct {
+	Changes int // min(changes of the scope in (After, Until], MaxChanges)
+	Rows    int // min(current rows of the scope, MaxRows)
+}
+
+// Counter is implemented by feeds that can count a scope's backlog and its
+// current rows up to a cap. The engine asks when a client resumes far
+// behind the head: a backlog at least as large as the scope is sent as the
+// scope's rows (a reset and a snapshot) instead. A feed without it always
+// replays.
+type Counter interface {
+	// Count returns the capped counts of q. Rows are the rows Snapshot
+	// would return for q.Scope, changes those Replay would return for
+	// (q.After, q.Until]. It returns ErrCursorExpired if MaxChanges is
+	// positive and q.After is older than what is retained.
+	Count(ctx context.Context, q CountQuery) (Counts, error)
+}
+
+// SnapshotStreamer is implemented by feeds that read a snapshot's pages
+// in one pass, cheaper than a Snapshot call per page.
+type SnapshotStreamer interface {
+	// SnapshotPages reads the pages Snapshot would return for q and the
+	// pages after it (each of up to q.Limit rows, after the previous
+	// page's last key), all consistent at one Pos, and passes each to fn
+	// in order. It stops after the last page (shorter than q.Limit,
+	// possibly empty), when fn returns an error (which it returns), or
+	// after any full page at the feed's discretion (to bound how long it
+	// holds a snapshot of its store): the caller then goes on after that
+	// page's last key. Pages are the caller's to keep.
+	SnapshotPages(ctx context.Context, q SnapshotQuery, fn func(SnapshotPage) error) error
+}
+
 // Feed is a commit-ordered change log. Implementations must be safe for
 // concurrent use; every method honours ctx.
 type Feed interface {

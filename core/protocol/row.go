@@ -260,7 +260,20 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 // row. Columns missing from the row keep their zero value; unknown keys are
 // ignored.
 func (c *RowCodec) Decode(row []byte, v reflect.Value) error {
-	if c.decodeFast(row, v) {
+	return c.decode(row, v, false)
+}
+
+// DecodeShared is Decode, except that string and json.RawMessage fields of
+// v refer to row's bytes instead of copies of them, where the row lets it
+// (strings without escapes; anything else is copied): row must not be
+// modified while v is in use. Row filters decode every row of a replay or
+// snapshot this way, from a feed's rows, which are never modified.
+func (c *RowCodec) DecodeShared(row []byte, v reflect.Value) error {
+	return c.decode(row, v, true)
+}
+
+func (c *RowCodec) decode(row []byte, v reflect.Value, share bool) error {
+	if c.decodeFast(row, v, share) {
 		return nil
 	}
 	v.SetZero()

@@ -125,9 +125,18 @@ func FuzzDecodeRowFast(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var fast goodRow
-		if !c.decodeFast(data, valueOf(&fast).Elem()) {
+		var fast, shared goodRow
+		if !c.decodeFast(data, valueOf(&fast).Elem(), false) {
+			if c.decodeFast(data, valueOf(&shared).Elem(), true) {
+				t.Fatalf("%q: the sharing fast path answers, the copying one does not", data)
+			}
 			return
+		}
+		if !c.decodeFast(data, valueOf(&shared).Elem(), true) {
+			t.Fatalf("%q: the copying fast path answers, the sharing one does not", data)
+		}
+		if a, b := mustJSON(t, fast), mustJSON(t, shared); a != b || !fast.At.Equal(shared.At) {
+			t.Fatalf("%q: copying %s, sharing %s", data, a, b)
 		}
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(data, &obj); err != nil {
@@ -148,4 +157,13 @@ func FuzzDecodeRowFast(f *testing.F) {
 			t.Fatalf("%q:\nfast %s\nslow %s", data, a, b)
 		}
 	})
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // decodeFast fills the struct v from a JSON row without encoding/json: row
@@ -14,7 +15,10 @@ import (
 // (escaped strings, numbers a field cannot hold, odd layouts); the caller
 // then decodes again, from zero, the slow way. FuzzDecodeRowFast checks
 // that the two agree.
-func (c *RowCodec) decodeFast(row []byte, v reflect.Value) bool {
+//
+// With share, string and json.RawMessage fields refer to row's bytes
+// instead of copies (DecodeShared).
+func (c *RowCodec) decodeFast(row []byte, v reflect.Value, share bool) bool {
 	p := scanner{b: row}
 	p.space()
 	if !p.lit("{") {
@@ -27,7 +31,7 @@ func (c *RowCodec) decodeFast(row []byte, v reflect.Value) bool {
 	}
 	for {
 		p.space()
-		key, ok := p.str()
+		key, ok := p.strBytes()
 		if !ok {
 			return false
 		}
@@ -41,7 +45,7 @@ func (c *RowCodec) decodeFast(row []byte, v reflect.Value) bool {
 			if !p.value(0) {
 				return false
 			}
-		} else if !p.decodeField(f, v.Field(f.field)) {
+		} else if !p.decodeField(f, v.Field(f.field), share) {
 			return false
 		}
 		p.space()
@@ -57,17 +61,18 @@ func (c *RowCodec) decodeFast(row []byte, v reflect.Value) bool {
 }
 
 // field returns the column named name, or nil.
-func (c *RowCodec) field(name string) *fieldCodec {
+func (c *RowCodec) field(name []byte) *fieldCodec {
 	for i := range c.fields {
-		if c.fields[i].col.Name == name {
+		if c.fields[i].col.Name == string(name) {
 			return &c.fields[i]
 		}
 	}
 	return nil
 }
 
-// decodeField decodes one value into the field fv.
-func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
+// decodeField decodes one value into the field fv; with share, strings
+// and raw JSON refer to the input.
+func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value, share bool) bool {
 	if p.lit("null") {
 		if f.isPtr {
 			fv.SetZero()
@@ -83,11 +88,16 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
 	}
 	switch f.col.Kind {
 	case KindString:
-		s, ok := p.str()
-		if ok {
-			fv.SetString(s)
+		s, ok := p.strBytes()
+		if !ok {
+			return false
 		}
-		return ok
+		if share && len(s) > 0 {
+			fv.SetString(unsafe.String(&s[0], len(s)))
+		} else {
+			fv.SetString(string(s))
+		}
+		return true
 	case KindBool:
 		switch {
 		case p.lit("true"):
@@ -103,7 +113,9 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
 		if !p.number() {
 			return false
 		}
-		tok := string(p.b[start:p.i])
+		// The token is parsed in place: nothing keeps it but an error,
+		// which is dropped.
+		tok := unsafe.String(&p.b[start], p.i-start)
 		bits := fv.Type().Bits()
 		switch f.col.Kind {
 		case KindInt:
@@ -149,7 +161,11 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value) bool {
 		if !p.value(0) {
 			return false
 		}
-		fv.SetBytes(append([]byte(nil), p.b[start:p.i]...))
+		if share {
+			fv.SetBytes(p.b[start:p.i:p.i])
+		} else {
+			fv.SetBytes(append([]byte(nil), p.b[start:p.i]...))
+		}
 		return true
 	}
 	return false

@@ -81,25 +81,31 @@ func (p *scanner) lit(s string) bool {
 // Strings with escapes or invalid UTF-8 are left to encoding/json, which
 // decodes the one and replaces the other.
 func (p *scanner) str() (string, bool) {
+	s, ok := p.strBytes()
+	return string(s), ok
+}
+
+// strBytes is str, returning the string's bytes in the input.
+func (p *scanner) strBytes() ([]byte, bool) {
 	if p.i >= len(p.b) || p.b[p.i] != '"' {
-		return "", false
+		return nil, false
 	}
 	start := p.i + 1
 	end := bytes.IndexByte(p.b[start:], '"')
 	if end < 0 {
-		return "", false
+		return nil, false
 	}
 	s := p.b[start : start+end]
 	for _, c := range s {
 		if c < 0x20 || c == '\\' {
-			return "", false
+			return nil, false
 		}
 	}
 	if !utf8.Valid(s) {
-		return "", false
+		return nil, false
 	}
 	p.i = start + end + 1
-	return string(s), true
+	return s, true
 }
 
 func (p *scanner) entry() (Entry, bool) {

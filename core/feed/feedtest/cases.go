@@ -583,3 +583,80 @@ func (s *suite) testRetention(t *testing.T) {
 	got := e.replay(sc, p, e.head(), 100, nil)
 	checkChanges(t, "Replay after a write past Prune", got, append(all[5:len(all):len(all)], more.change(feed.OpUpsert)))
 }
+
+// testCount checks feed.Counter, for feeds that implement it: the counts
+// are those of Replay and Snapshot, capped, and an expired cursor is
+// refused.
+func (s *suite) testCount(t *testing.T) {
+	e := s.setup(t)
+	counter, ok := e.f.(feed.Counter)
+	if !ok {
+		t.Skip("the feed does not implement feed.Counter")
+	}
+	rng := s.rng(7)
+	tenants := []string{"t1", "t2", "t3"}
+	model := map[string]item{}
+	for i := range 150 {
+		id := fmt.Sprintf("c%02d", rng.IntN(40))
+		it, ok := model[id]
+		switch {
+		case ok && rng.IntN(5) == 0:
+			delete(model, id)
+			e.apply("", delItem(id))
+			continue
+		case ok && rng.IntN(3) == 0:
+			it.Tenant, it.Grp = tenants[rng.IntN(3)], int64(rng.IntN(3)) // maybe a move
+		case !ok:
+			it = item{ID: id, Tenant: tenants[rng.IntN(3)], Grp: int64(rng.IntN(3))}
+		}
+		it.N = int64(i)
+		model[id] = it
+		e.apply("", it.upsert(), note{ID: int64(i % 7), Tenant: tenants[i%3], Body: "x"}.upsert())
+	}
+	head := e.head()
+	all := e.all()
+	current := Rows{}
+	for _, it := range model {
+		current[RowID{Items.Name, it.ID}] = it.change(feed.OpUpsert)
+	}
+	scopes := []feed.Scope{
+		itemScope(),
+		itemScope(tenantIs("t1")),
+		itemScope(tenantIs("t1", "t3"), grpIs(1)),
+		itemScope(grpIs(0, 2)),
+		itemScope(tenantIs("nobody")),
+	}
+	for _, sc := range scopes {
+		rows := len(onlyScope(current, sc))
+		for _, after := range []feed.Position{0, all[len(all)/3].Pos, all[len(all)-2].Pos, head} {
+			changes := len(filter(all, sc, after, head))
+			for _, limit := range []int{1, 5, 1 << 20} {
+				got, err := counter.Count(e.ctx, feed.CountQuery{Scope: sc, After: after, Until: head, MaxChanges: limit, MaxRows: limit})
+				want := feed.Counts{Changes: min(changes, limit), Rows: min(rows, limit)}
+				if err != nil || got != want {
+					t.Fatalf("Count(%s, after %d, caps %d) = %+v, %v; want %+v", sc.Key(), after, limit, got, err, want)
+				}
+			}
+		}
+		// Until bounds the changes; zero caps skip a count.
+		mid := all[len(all)/2].Pos
+		got, err := counter.Count(e.ctx, feed.CountQuery{Scope: sc, After: 0, Until: mid, MaxChanges: 1 << 20})
+		if want := (feed.Counts{Changes: len(filter(all, sc, 0, mid))}); err != nil || got != want {
+			t.Fatalf("Count(%s, until %d, changes only) = %+v, %v; want %+v", sc.Key(), mid, got, err, want)
+		}
+		got, err = counter.Count(e.ctx, feed.CountQuery{Scope: sc, MaxRows: 1 << 20})
+		if want := (feed.Counts{Rows: rows}); err != nil || got != want {
+			t.Fatalf("Count(%s, rows only) = %+v, %v; want %+v", sc.Key(), got, err, want)
+		}
+	}
+
+	// Below the retained floor the changes cannot be counted; rows still can.
+	p := all[len(all)/2].Pos
+	s.h.Prune(t, e.f, p)
+	_, err := counter.Count(e.ctx, feed.CountQuery{Scope: itemScope(), After: p - 1, Until: head, MaxChanges: 10})
+	expectExpired(t, fmt.Sprintf("Count(after %d) with %d pruned", p-1, p), err)
+	got, err := counter.Count(e.ctx, feed.CountQuery{Scope: itemScope(), After: p - 1, Until: head, MaxRows: 1 << 20})
+	if want := (feed.Counts{Rows: len(current)}); err != nil || got != want {
+		t.Fatalf("Count(rows only) after Prune = %+v, %v; want %+v", got, err, want)
+	}
+}

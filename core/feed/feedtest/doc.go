@@ -37,6 +37,8 @@
 //     exclusive After and inclusive Until, paging with a pinned Until;
 //   - Snapshot: scope filtering, keyset paging that returns every row once,
 //     and consistency with the replay up to the page's position;
+//   - Count (feeds implementing feed.Counter): the capped counts of what
+//     Replay and Snapshot return, and feed.ErrCursorExpired below the floor;
 //   - a seeded random workload (set TIDE_SEED to reproduce a failure) whose
 //     replays, snapshots and snapshot-then-replay seam, with writes between
 //     pages, all converge to a model of the rows;

@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Tail", s.testTail)
 	t.Run("Replay", s.testReplay)
 	t.Run("Snapshot", s.testSnapshot)
+	t.Run("Count", s.testCount)
 	t.Run("Random", s.testRandom)
 	t.Run("ConcurrentWriters", s.testConcurrent)
 	t.Run("Retention", s.testRetention)

@@ -62,6 +62,7 @@ var (
 	_ feed.Feed       = (*Feed)(nil)
 	_ feed.Writer     = (*Feed)(nil)
 	_ feed.Transactor = (*Feed)(nil)
+	_ feed.Counter    = (*Feed)(nil)
 )
 
 // New returns an empty feed with a fresh random epoch.
@@ -298,6 +299,48 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 		}
 	}
 	return out, nil
+}
+
+// Count returns how many changes of q.Scope lie in (q.After, q.Until] and
+// how many rows the scope holds now, each up to its cap. It reads under the
+// lock, walking the log from q.After and the resource's rows, and stops at
+// a cap. It returns feed.ErrCursorExpired if q.MaxChanges is positive and
+// q.After is below Floor.
+func (f *Feed) Count(ctx context.Context, q feed.CountQuery) (feed.Counts, error) {
+	if err := ctx.Err(); err != nil {
+		return feed.Counts{}, err
+	}
+	if q.Scope.Schema == nil {
+		return feed.Counts{}, errors.New("memfeed: Count scope has no schema")
+	}
+	res := q.Scope.Schema.Name
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var n feed.Counts
+	if q.MaxChanges > 0 {
+		if q.After < f.floor {
+			return feed.Counts{}, feed.ErrCursorExpired
+		}
+		for _, c := range f.log[f.index(q.After):] {
+			if c.Pos > q.Until || n.Changes == q.MaxChanges {
+				break
+			}
+			if c.Resource == res && q.Scope.Match(c.Scope) {
+				n.Changes++
+			}
+		}
+	}
+	if q.MaxRows > 0 {
+		for _, r := range f.tables[res] {
+			if n.Rows == q.MaxRows {
+				break
+			}
+			if q.Scope.Match(r.scope) {
+				n.Rows++
+			}
+		}
+	}
+	return n, nil
 }
 
 // Snapshot returns up to q.Limit of the scope's current rows with keys after

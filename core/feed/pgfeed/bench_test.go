@@ -43,7 +43,7 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE e2e_items"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+srv.feed.ChangesTable()); err != nil {
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+srv.feed.OutboxTable()+", "+srv.feed.ChangesTable()); err != nil {
 		b.Fatal(err)
 	}
 	head, err := srv.feed.Head(ctx)
@@ -96,6 +96,30 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 		}
 		b.ReportMetric(float64(backlog*b.N)/b.Elapsed().Seconds(), "rows/s")
 	})
+	for _, limit := range []int{1000, 4000, 16000} {
+		b.Run(fmt.Sprintf("feed-snapshot-pages-%d", limit), func(b *testing.B) {
+			sc := feed.NewScope(srv.items.Schema(), nil)
+			for b.Loop() {
+				n := 0
+				q := feed.SnapshotQuery{Scope: sc, Limit: limit}
+				for {
+					pg, err := srv.feed.Snapshot(ctx, q)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += len(pg.Rows)
+					if len(pg.Rows) < q.Limit {
+						break
+					}
+					q.After, q.HasAfter = pg.Rows[len(pg.Rows)-1].Key, true
+				}
+				if n != backlog {
+					b.Fatalf("%d rows", n)
+				}
+			}
+			b.ReportMetric(float64(backlog*b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
 	b.Run("websocket-replay", func(b *testing.B) {
 		scope := client.Scope{Resource: "items"}
 		digest, err := scope.Digest()

@@ -27,7 +27,7 @@ func (f *Feed) SnapshotSQL(ctx context.Context, q feed.SnapshotQuery) (string, [
 	if err != nil {
 		return "", nil, err
 	}
-	sql, args := f.snapshotSQL(p, q, true, false)
+	sql, args := f.snapshotSQL(p, q, true, false, true)
 	return sql, args, nil
 }
 

@@ -34,15 +34,22 @@ const timeFormat = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`
 // identically.
 type plan struct {
 	s      *feed.Schema
-	table  string   // quoted table name
-	cols   []string // quoted column names, in Schema.Columns order
-	types  []uint32 // column type OIDs
-	key    string   // quoted key column
-	scope  []string // quoted scope columns
-	resLit string   // resource name as a literal
-	layout string   // what a change row's shape depends on
-	upsert string   // Apply's upsert statement
-	delete string   // Apply's delete statement
+	table  string    // quoted table name
+	cols   []string  // quoted column names, in Schema.Columns order
+	types  []uint32  // column type OIDs
+	key    string    // quoted key column
+	scope  []string  // quoted scope columns
+	resLit string    // resource name as a literal
+	layout string    // what a change row's shape depends on
+	upsert string    // Apply's upsert statement
+	delete string    // Apply's delete statement
+	snap   []snapCol // what a snapshot reads of a row, in JSON key order (rowjson.go)
+	// snapSel is what a snapshot selects of a row: snap's expressions,
+	// then the canonical text of the key and scope columns that are not
+	// text columns (whose raw values are their text already).
+	snapSel []string
+	keyAt   int   // index in snapSel of the key's text
+	scopeAt []int // indexes in snapSel of the scope columns' text
 }
 
 // planFor returns the plan of s, reading its table's column types the first
@@ -195,6 +202,25 @@ func newPlan(s *feed.Schema, types []uint32) *plan {
 	p.upsert = "INSERT INTO " + p.table + " AS t (" + strings.Join(p.cols, ", ") + ") SELECT " + strings.Join(sel, ", ") +
 		" FROM jsonb_populate_record(NULL::" + p.table + ", $1::jsonb) r ON CONFLICT (" + p.key + ") DO UPDATE SET " + strings.Join(set, ", ")
 	p.delete = "DELETE FROM " + p.table + " WHERE " + p.key + " = $1"
+	p.snap = p.snapshotColumns()
+	for _, c := range p.snap {
+		p.snapSel = append(p.snapSel, c.expr)
+	}
+	textAt := func(col int) int {
+		if typ := p.types[col]; typ == oidText || typ == oidVarchar {
+			for j, c := range p.snap {
+				if c.col == col {
+					return j
+				}
+			}
+		}
+		p.snapSel = append(p.snapSel, "t."+p.cols[col]+"::text")
+		return len(p.snapSel) - 1
+	}
+	p.keyAt = textAt(s.Key)
+	for _, ci := range s.Scope {
+		p.scopeAt = append(p.scopeAt, textAt(ci))
+	}
 	return p
 }
 
@@ -204,12 +230,8 @@ func (p *plan) valueExpr(alias string, i int) string {
 	switch p.s.Columns[i].Kind {
 	case protocol.KindTime:
 		switch p.types[i] {
-		case oidTimestamptz:
-			return "to_jsonb(to_char(" + col + " AT TIME ZONE 'UTC', " + timeFormat + "))"
-		case oidTimestamp:
-			return "to_jsonb(to_char(" + col + ", " + timeFormat + "))"
-		case oidDate:
-			return "to_jsonb(to_char(" + col + "::timestamp, " + timeFormat + "))"
+		case oidTimestamptz, oidTimestamp, oidDate:
+			return "to_jsonb(" + p.timeText(alias, i) + ")"
 		}
 	case protocol.KindBytes:
 		if p.types[i] == oidBytea {
@@ -217,6 +239,19 @@ func (p *plan) valueExpr(alias string, i int) string {
 		}
 	}
 	return "to_jsonb(" + col + ")"
+}
+
+// timeText renders column i of the row alias, a timestamptz, timestamp or
+// date column of a KindTime field, as text in timeFormat.
+func (p *plan) timeText(alias string, i int) string {
+	col := alias + "." + p.cols[i]
+	switch p.types[i] {
+	case oidTimestamptz:
+		return "to_char(" + col + " AT TIME ZONE 'UTC', " + timeFormat + ")"
+	case oidDate:
+		return "to_char(" + col + "::timestamp, " + timeFormat + ")"
+	}
+	return "to_char(" + col + ", " + timeFormat + ")"
 }
 
 // rowExpr renders the declared columns of the row alias as a JSON object.

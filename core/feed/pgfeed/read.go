@@ -2,6 +2,7 @@ package pgfeed
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tidesync/tide/core/feed"
 )
@@ -80,11 +82,28 @@ const txExpr = `coalesce(xid::text::bigint, xmin::text::bigint + 1)`
 // replaySQL builds the replay statement of q and its arguments.
 func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 	n := f.n
-	res := quoteLit(q.Scope.Schema.Name)
 	args := []any{pos(q.After), pos(q.Until), q.Limit}
+	where, args := changesWhere(q.Scope, args)
+	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
+FROM ` + f.floorFrom(q.Scope.Schema.Name) + `
+LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
+ WHERE ` + where + ` ORDER BY pos LIMIT $3) c ON true`
+	return sql, args
+}
+
+// floorFrom is a FROM item of one row, f.floor: the resource's retained
+// floor, or -1 when the resource has no capture installed.
+func (f *Feed) floorFrom(resource string) string {
+	return `(SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
+  FROM ` + f.n.meta + ` m LEFT JOIN ` + f.n.resources + ` r ON r.name = ` + quoteLit(resource) + `) AS floor) f`
+}
+
+// changesWhere returns the condition selecting the change log rows of sc
+// with $1 < pos <= $2, adding its parameters to args.
+func changesWhere(sc feed.Scope, args []any) (string, []any) {
 	var where strings.Builder
-	where.WriteString("resource = " + res)
-	conds, none := storable(q.Scope.Conds)
+	where.WriteString("resource = " + quoteLit(sc.Schema.Name))
+	conds, none := storable(sc.Conds)
 	if none {
 		where.WriteString(" AND false")
 	}
@@ -99,12 +118,7 @@ func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 		}
 	}
 	where.WriteString(" AND pos > $1 AND pos <= $2")
-	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
-FROM (SELECT (SELECT CASE WHEN r.floor IS NULL THEN -1 ELSE greatest(m.floor, r.floor) END
-  FROM ` + n.meta + ` m LEFT JOIN ` + n.resources + ` r ON r.name = ` + res + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
- WHERE ` + where.String() + ` ORDER BY pos LIMIT $3) c ON true`
-	return sql, args
+	return where.String(), args
 }
 
 // Snapshot returns up to q.Limit of the scope's current rows with keys after
@@ -187,49 +201,173 @@ func (f *Feed) snapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, type
 // returns the page and the statement's count: the outbox rows it saw (0 or
 // 1), or, with sequence, those it moved.
 func (f *Feed) snapshotPage(ctx context.Context, q querier, p *plan, sq feed.SnapshotQuery, typed, sequence bool) (feed.SnapshotPage, int64, error) {
-	sql, args := f.snapshotSQL(p, sq, typed, sequence)
+	flat := !sequence
+	page, count, found, err := f.readSnapshot(ctx, q, p, sq, typed, sequence, flat)
+	if err == nil && flat && !found {
+		// The flat statement reports the head only with a row; an empty
+		// page is read again by one that reports it without.
+		page, count, _, err = f.readSnapshot(ctx, q, p, sq, typed, sequence, false)
+	}
+	return page, count, err
+}
+
+// readSnapshot runs one snapshot statement and decodes its rows; found
+// reports whether it returned any row at all (the flat statement returns
+// none for an empty page, so no head either).
+func (f *Feed) readSnapshot(ctx context.Context, q querier, p *plan, sq feed.SnapshotQuery, typed, sequence, flat bool) (page feed.SnapshotPage, count int64, found bool, err error) {
+	sql, args := f.snapshotSQL(p, sq, typed, sequence, flat)
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
-		return feed.SnapshotPage{}, 0, err
+		return feed.SnapshotPage{}, 0, false, err
 	}
 	defer rows.Close()
-	var page feed.SnapshotPage
-	var count int64
+	page.Rows = make([]feed.Change, 0, min(sq.Limit, 1024))
+	var mem slab
+	var row []byte // one row's JSON, copied into mem once complete
 	for rows.Next() {
-		var head int64
-		var found bool
-		var c feed.Change
-		var data []byte
-		if err := rows.Scan(&head, &count, &found, &c.Key, &c.Scope, &data); err != nil {
-			return feed.SnapshotPage{}, 0, err
+		found = true
+		fds, vals := rows.FieldDescriptions(), rows.RawValues()
+		if len(fds) != snapFixed+len(p.snapSel) || len(vals) != len(fds) {
+			return feed.SnapshotPage{}, 0, false, fmt.Errorf("pgfeed: snapshot: %d result columns, want %d", len(fds), snapFixed+len(p.snapSel))
 		}
-		c.Row = data
+		head, err := rawInt8(fds[0], vals[0])
+		if err != nil {
+			return feed.SnapshotPage{}, 0, false, err
+		}
+		if count, err = rawInt8(fds[1], vals[1]); err != nil {
+			return feed.SnapshotPage{}, 0, false, err
+		}
 		page.Pos = feed.Position(head)
-		if !found {
-			continue
+		if len(vals[2]) != 1 || (vals[2][0] != 1 && vals[2][0] != 't') {
+			continue // the empty row of the LEFT JOIN: no row found
 		}
-		c.Resource, c.Op = sq.Scope.Schema.Name, feed.OpUpsert
+		c, err := p.decodeSnapshotRow(fds[snapFixed:], vals[snapFixed:], &mem, &row)
+		if err != nil {
+			return feed.SnapshotPage{}, 0, false, err
+		}
+		c.Resource = sq.Scope.Schema.Name
 		page.Rows = append(page.Rows, c)
 	}
 	if err := rows.Err(); err != nil {
-		return feed.SnapshotPage{}, 0, err
+		return feed.SnapshotPage{}, 0, false, err
 	}
-	return page, count, nil
+	return page, count, found, nil
 }
 
-// snapshotSQL builds the snapshot statement of q and its arguments. Its
-// second column counts the outbox rows its snapshot sees (0 or 1); with
-// sequence, the statement moves them all into the change log (a
+// decodeRows reads rows of plan.snapSel (a FETCH of SnapshotPages's
+// cursor) into a page without a position.
+func (f *Feed) decodeRows(rows pgx.Rows, p *plan, sq feed.SnapshotQuery) (feed.SnapshotPage, error) {
+	defer rows.Close()
+	page := feed.SnapshotPage{Rows: make([]feed.Change, 0, min(sq.Limit, 1024))}
+	var mem slab
+	var row []byte
+	for rows.Next() {
+		fds, vals := rows.FieldDescriptions(), rows.RawValues()
+		if len(fds) != len(p.snapSel) || len(vals) != len(fds) {
+			return feed.SnapshotPage{}, fmt.Errorf("pgfeed: snapshot: %d result columns, want %d", len(fds), len(p.snapSel))
+		}
+		c, err := p.decodeSnapshotRow(fds, vals, &mem, &row)
+		if err != nil {
+			return feed.SnapshotPage{}, err
+		}
+		c.Resource = sq.Scope.Schema.Name
+		page.Rows = append(page.Rows, c)
+	}
+	return page, rows.Err()
+}
+
+// decodeSnapshotRow decodes one row's values of plan.snapSel into an
+// upsert (without resource and position), copying what it keeps into mem;
+// row is scratch space for the JSON.
+func (p *plan) decodeSnapshotRow(fds []pgconn.FieldDescription, sel [][]byte, mem *slab, row *[]byte) (feed.Change, error) {
+	c := feed.Change{Op: feed.OpUpsert, Key: mem.string(sel[p.keyAt])}
+	c.Scope = []string{}
+	if len(p.scopeAt) > 0 {
+		c.Scope = mem.strings(len(p.scopeAt))
+	}
+	for i, j := range p.scopeAt {
+		c.Scope[i] = mem.string(sel[j])
+	}
+	var err error
+	if *row, err = appendSnapshotRow((*row)[:0], p.snap, fds[:len(p.snap)], sel[:len(p.snap)]); err != nil {
+		return feed.Change{}, err
+	}
+	c.Row = mem.bytes(*row)
+	return c, nil
+}
+
+// rawInt8 decodes a bigint result value in either format.
+func rawInt8(fd pgconn.FieldDescription, v []byte) (int64, error) {
+	if fd.Format == pgtype.BinaryFormatCode {
+		if len(v) != 8 {
+			return 0, errBadBinary
+		}
+		return int64(binary.BigEndian.Uint64(v)), nil
+	}
+	return strconv.ParseInt(string(v), 10, 64)
+}
+
+// snapFixed is the number of result columns of a snapshot statement before
+// the row's own (plan.snapSel): head, count, found.
+const snapFixed = 3
+
+// snapshotSQL builds the snapshot statement of q and its arguments: the
+// head, the count, whether a row was found, then the row's plan.snapSel.
+// The second column counts the outbox rows its snapshot sees (0 or 1);
+// with sequence, the statement moves them all into the change log (a
 // sequencing step: run it holding the sequencing lock), counts those, and
 // reports the head past them.
-func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence bool) (string, []any) {
+//
+// The flat statement is a plain ordered read of the table with the head
+// and the count as once-evaluated subqueries in every row: about half the
+// cost in Postgres of the other, which joins the page laterally to a row
+// of the head so that an empty page still reports it, and sorts again. The
+// flat one is read first; an empty page, or one read with sequence (whose
+// moves must be counted even without rows), is read by the other.
+func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence, flat bool) (string, []any) {
 	args := []any{q.Limit}
+	where, args := p.rowsWhere(q.Scope, typed, args)
+	if q.HasAfter {
+		args = append(args, q.After)
+		where = append(where, "t."+p.key+" > $"+strconv.Itoa(len(args)))
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	if flat {
+		return `SELECT ` + f.n.headExpr + `, (SELECT count(*) FROM (SELECT 1 FROM ` + f.n.outbox + ` LIMIT 1) o), true, ` + strings.Join(p.snapSel, ", ") + `
+FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1`, args
+	}
+	head, count := "h.head", "(SELECT count(*) FROM (SELECT 1 FROM "+f.n.outbox+" LIMIT 1) o)"
+	with := ""
+	if sequence {
+		head, count, with = "greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0))", "(SELECT count(*) FROM i)", "WITH "+f.n.moveAll+"\n"
+	}
+	inner := make([]string, len(p.snapSel))
+	outer := make([]string, len(p.snapSel))
+	for j, e := range p.snapSel {
+		inner[j] = e + " AS c" + strconv.Itoa(j)
+		outer[j] = "r.c" + strconv.Itoa(j)
+	}
+	sql := with + `SELECT ` + head + `, ` + count + `, r.sk IS NOT NULL, ` + strings.Join(outer, ", ") + `
+FROM (SELECT ` + f.n.headExpr + ` AS head) h
+LEFT JOIN LATERAL (SELECT ` + strings.Join(inner, ", ") + `, t.` + p.key + ` AS sk
+ FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1) r ON true ORDER BY r.sk`
+	return sql, args
+}
+
+// rowsWhere returns the conditions (to be joined with AND) selecting the
+// rows of sc from the table aliased t, adding their parameters to args:
+// compared as canonical text, and with typed also in the columns' types so
+// that the table's indexes serve them (see Snapshot).
+func (p *plan) rowsWhere(sc feed.Scope, typed bool, args []any) ([]string, []any) {
 	param := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
 	var where []string
-	conds, none := storable(q.Scope.Conds)
+	conds, none := storable(sc.Conds)
 	if none {
 		where = append(where, "false")
 	}
@@ -251,23 +389,7 @@ func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence bool) 
 		}
 		where = append(where, col+"::text = ANY("+param(c.Values)+")")
 	}
-	if q.HasAfter {
-		where = append(where, "t."+p.key+" > "+param(q.After))
-	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
-	}
-	head, count := "h.head", "(SELECT count(*) FROM (SELECT 1 FROM "+f.n.outbox+" LIMIT 1) o)"
-	with := ""
-	if sequence {
-		head, count, with = "greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0))", "(SELECT count(*) FROM i)", "WITH "+f.n.moveAll+"\n"
-	}
-	sql := with + `SELECT ` + head + `, ` + count + `, r.k IS NOT NULL, coalesce(r.k, ''), r.sc, r.data
-FROM (SELECT ` + f.n.headExpr + ` AS head) h
-LEFT JOIN LATERAL (SELECT ` + p.keyExpr("t") + ` AS k, ` + p.scopeExpr("t") + ` AS sc, ` + p.rowExpr("t") + ` AS data, t.` + p.key + ` AS sk
- FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1) r ON true ORDER BY r.sk`
-	return sql, args
+	return where, args
 }
 
 // isBadParameter reports whether err says a bound parameter is not a valid

@@ -16,7 +16,8 @@ import (
 
 // scanChanges reads rows of (floor, pos, resource, op, key, scope, data,
 // origin, prev, tx); pos 0 marks the empty row of a LEFT JOIN. resource, if not
-// empty, overrides the column.
+// empty, overrides the column. Rows (data, prev) are compacted
+// (compactJSON), as snapshots render them.
 //
 // Replay and tail read thousands of these per second, so the values are
 // decoded straight from Postgres's binary format instead of through
@@ -114,7 +115,10 @@ func scanChange(rows pgx.Rows, floor *int64, c *feed.Change) (int64, error) {
 	if err := rows.Scan(floor, &p, &c.Resource, &op, &c.Key, &c.Scope, &data, &c.Origin, &prev, &tx); err != nil {
 		return 0, err
 	}
-	c.Row, c.Op, c.Tx = data, feed.Op(op), uint64(tx)
+	c.Row, c.Op, c.Tx = compactJSON(nil, data), feed.Op(op), uint64(tx)
+	if prev != nil {
+		prev = compactJSON(nil, prev)
+	}
 	setPrev(c, prev)
 	return p, nil
 }
@@ -176,7 +180,9 @@ func (l layout) decode(vals [][]byte, floor *int64, c *feed.Change, mem *slab) (
 	return p, nil
 }
 
-// jsonb returns the text of a jsonb value, copied into mem; nil for NULL.
+// jsonb returns the text of a jsonb value, compacted into mem (jsonb's
+// text output puts a space after every ':' and ','; rows travel without
+// them); nil for NULL.
 func (l layout) jsonb(d []byte, mem *slab) ([]byte, error) {
 	if d == nil {
 		return nil, nil
@@ -187,7 +193,7 @@ func (l layout) jsonb(d []byte, mem *slab) ([]byte, error) {
 		}
 		d = d[1:]
 	}
-	return mem.bytes(d), nil
+	return mem.compactJSON(d), nil
 }
 
 // decodeTextArray decodes a one-dimensional text[] in binary format:

@@ -31,6 +31,22 @@ func (s *slab) bytes(b []byte) []byte {
 	return s.chunk[start:len(s.chunk):len(s.chunk)]
 }
 
+// compactJSON returns compactJSON of b in the slab, capped like bytes.
+func (s *slab) compactJSON(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	if len(b) > slabChunk/4 {
+		return compactJSON(nil, b)
+	}
+	if cap(s.chunk)-len(s.chunk) < len(b) {
+		s.chunk = make([]byte, 0, slabChunk)
+	}
+	start := len(s.chunk)
+	s.chunk = compactJSON(s.chunk, b) // within capacity: never longer than b
+	return s.chunk[start:len(s.chunk):len(s.chunk)]
+}
+
 // string returns b as a string backed by the slab.
 func (s *slab) string(b []byte) string {
 	if len(b) == 0 {
