@@ -21,6 +21,7 @@ type page struct {
 	done    bool          // replay: nothing more up to the high-water
 	lastKey string        // snapshot: key of the last row read
 	pos     feed.Position // snapshot: the position the page is consistent at
+	arena   *any          // where the row filter decodes the page's rows (rowView.arena)
 }
 
 // pageHeadroom is room for a changes frame's header: the frame start, an id
@@ -60,7 +61,11 @@ func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapsh
 		// Most upserts are visible: decoded and checked here, and
 		// encoded in place; the others go through see with the row
 		// already decoded.
+		if pg.arena == nil {
+			pg.arena = new(any)
+		}
 		enc := entryBytes{}
+		enc.view.arena = pg.arena
 		if visible, _ := r.filter.check(p, c, &enc.view); visible {
 			if pg.n > 0 {
 				pg.buf = append(pg.buf, ',')

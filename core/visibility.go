@@ -94,6 +94,10 @@ type rowView struct {
 
 	prevDecoded bool
 	prev        any // the decoded previous row (Change.Prev); nil if none or it did not decode
+
+	// arena, when set, is where row is decoded: rows of one page share
+	// allocations (rowFilter.decodeIn) instead of one each.
+	arena *any
 }
 
 func (v *rowView) hiddenDelete(c *feed.Change) []byte {
@@ -110,7 +114,13 @@ func (f *rowFilter) check(p authz.Principal, c *feed.Change, v *rowView) (visibl
 	if !v.decoded {
 		v.decoded = true
 		if len(c.Row) > 0 {
-			row, err := f.decode(c.Row)
+			var row any
+			var err error
+			if v.arena != nil {
+				row, err = f.decodeIn(c.Row, v.arena)
+			} else {
+				row, err = f.decode(c.Row)
+			}
 			if err != nil {
 				if n := f.badRows.Add(1); n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th… only
 					f.log.Error("tide: a row does not decode for its row filter; it is hidden", "key", c.Key, "pos", c.Pos, "err", err, "count", n)
@@ -198,7 +208,12 @@ func guardPolicy(policy authz.Policy) authz.Policy {
 // are decoded once per change (decode) and the result handed to every
 // subscriber's check (visible).
 type rowFilter struct {
-	decode   func(row json.RawMessage) (any, error)
+	decode func(row json.RawMessage) (any, error)
+	// decodeIn is decode into the next free row of an arena (nil at
+	// first, then the filter's own), which it grows by rowArenaLen rows
+	// at a time: one allocation for that many rows. Every decoded row
+	// keeps its own memory, as with decode.
+	decodeIn func(row json.RawMessage, arena *any) (any, error)
 	visible  func(p authz.Principal, row any) bool
 	prevCols []string // what a previous version must hold (Schema.PrevColumns)
 	log      *slog.Logger
@@ -217,10 +232,29 @@ func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.L
 			}
 			return v, nil
 		},
+		decodeIn: func(row json.RawMessage, arena *any) (any, error) {
+			rows, _ := (*arena).(*[]T)
+			if rows == nil {
+				rows = new([]T)
+				*arena = rows
+			}
+			if len(*rows) == 0 {
+				*rows = make([]T, rowArenaLen)
+			}
+			v := &(*rows)[0]
+			*rows = (*rows)[1:]
+			if err := c.DecodeShared(row, reflect.ValueOf(v).Elem()); err != nil {
+				return nil, err
+			}
+			return v, nil
+		},
 		visible: func(p authz.Principal, row any) bool { return f(p, row.(*T)) },
 		log:     log,
 	}
 }
+
+// rowArenaLen is how many rows a page's filter decodes per allocation.
+const rowArenaLen = 256
 
 // authorize runs the resource's policy for p on sc. No policy means deny.
 // Denials wrap authz.ErrUnauthenticated or authz.ErrForbidden; any other
