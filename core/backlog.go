@@ -1,6 +1,8 @@
 package core
 
 import (
+	"context"
+
 	"github.com/tidesync/tide/core/feed"
 )
 
@@ -22,10 +24,17 @@ const backlogCountCap = 1 << 22
 // backlog, a snapshot every row of the scope once.
 //
 // It asks only when hw is at least backlogProbe positions past from, and
-// only a feed that implements feed.Counter, whose counts are capped: the
-// changes at min(hw-from, backlogCountCap), then the rows at one more than
-// the changes found, so neither count reads more than the replay would. A
-// feed that cannot count, or a count that fails, replays.
+// only a feed that implements feed.Counter, whose counts are capped. The
+// changes are counted up to m = min(hw-from, backlogCountCap) and, at the
+// same time on another connection, the rows up to m+1, so the decision
+// takes one count's time instead of two. The rows count can read more
+// than the rows needed (one more than the changes found): once the
+// changes are known, a rows count still running is stopped if fewer than
+// backlogProbe changes were found, and started again capped at the
+// changes found if those are fewer than half of m. So the rows read are at
+// most about twice the changes, plus what one changes count's time lets
+// the stopped count read. A feed that cannot count, or a count that
+// fails, replays.
 func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 	e := s.c.e
 	counter, ok := e.feed.(feed.Counter)
@@ -39,27 +48,74 @@ func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 	defer release()
 	ts := s.scopes()
 	maxChanges := int(min(hw-from, backlogCountCap))
+
+	type count struct {
+		n   int
+		err error
+	}
+	rowsCtx, stopRows := context.WithCancel(s.ctx)
+	early := make(chan count, 1)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		n, err := countRows(rowsCtx, counter, ts, maxChanges+1)
+		early <- count{n, err}
+	}()
+	// stop ends the rows count, and waits for it: it holds a connection
+	// under this catch-up's slot.
+	stop := func() {
+		stopRows()
+		<-early
+	}
+
 	changes := 0
 	for _, t := range ts {
 		n, err := counter.Count(s.ctx, feed.CountQuery{Scope: t.scope, After: from, Until: hw, MaxChanges: maxChanges})
 		if err != nil {
+			stop()
 			return false, err
 		}
 		changes += n.Changes
 	}
 	if changes < backlogProbe {
+		stop()
 		return false, nil
 	}
-	rows := 0
-	for _, t := range ts {
-		n, err := counter.Count(s.ctx, feed.CountQuery{Scope: t.scope, MaxRows: changes + 1 - rows})
-		if err != nil {
-			return false, err
+	var r count
+	select {
+	case r = <-early:
+	default:
+		if 2*changes >= maxChanges {
+			r = <-early // it reads at most maxChanges+1 ≤ 2·changes+1 rows
+			break
 		}
-		if rows += n.Rows; rows > changes {
-			return false, nil
+		stopRows()
+		if r = <-early; r.err != nil { // stopped before it ended
+			r.n, r.err = countRows(s.ctx, counter, ts, changes+1)
 		}
+	}
+	stopRows()
+	if r.err != nil {
+		return false, r.err
+	}
+	if r.n > changes {
+		return false, nil
 	}
 	e.stats.backlogs.Add(1)
 	return true, nil
+}
+
+// countRows counts the rows of the scopes of ts, up to max in all.
+func countRows(ctx context.Context, counter feed.Counter, ts targets, max int) (int, error) {
+	rows := 0
+	for _, t := range ts {
+		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, MaxRows: max - rows})
+		if err != nil {
+			return 0, err
+		}
+		if rows += n.Rows; rows >= max {
+			break
+		}
+	}
+	return rows, nil
 }
