@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
@@ -219,19 +220,47 @@ func (e *Engine) snapshotPages(ctx context.Context, r *resource, p authz.Princip
 			emit(page{}, err)
 			return false
 		}
-		last := false
+		last, stopped := false, false
+		// The feed's pages are filtered and encoded by another goroutine,
+		// while this one reads the next: the feed, the row filter and the
+		// socket work at the same time.
+		type raw struct {
+			sp    feed.SnapshotPage
+			after string // the key the page was read after
+		}
+		raws := make(chan raw, replayAhead)
+		var stop atomic.Bool
+		encoded := make(chan struct{})
+		go func() {
+			defer close(encoded)
+			for rw := range raws {
+				if !stop.Load() && !emit(snapshotEntries(r, p, rw.sp, rw.after, named), nil) {
+					stop.Store(true)
+				}
+			}
+		}()
 		err = streamer.SnapshotPages(ctx, feed.SnapshotQuery{Scope: sc, After: after, HasAfter: hasAfter, Limit: limit}, func(sp feed.SnapshotPage) error {
-			e.stats.snapshotQueries.Add(1)
-			pg := snapshotEntries(r, p, sp, after, named)
-			if !emit(pg, nil) {
+			if stop.Load() {
 				return errStopSnapshot
 			}
-			after, hasAfter, last = pg.lastKey, true, len(sp.Rows) < limit
+			e.stats.snapshotQueries.Add(1)
+			select {
+			case raws <- raw{sp, after}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if n := len(sp.Rows); n > 0 {
+				after, hasAfter = sp.Rows[n-1].Key, true
+			}
+			last = len(sp.Rows) < limit
 			return nil
 		})
+		close(raws)
+		<-encoded
+		stopped = stop.Load()
 		release()
 		switch {
-		case errors.Is(err, errStopSnapshot):
+		case stopped || errors.Is(err, errStopSnapshot):
 			return false
 		case err != nil:
 			emit(page{}, err)
