@@ -64,10 +64,12 @@ type Resource[T any] struct {
 	// FilterColumns names the columns Filter reads. A feed that records
 	// the previous version of a changed row (to send a hidden upsert's
 	// delete only to those who saw the version before) may then keep only
-	// these columns of it (feed.Schema.PrevColumns); a filter that reads
-	// another column would see its zero value there, so list every column
-	// it reads. Register refuses a name that is not a column, a name listed
-	// twice, or FilterColumns without Filter. Zero value: every column.
+	// these columns of it (feed.Schema.PrevColumns), and the engine may
+	// decode only these columns of the rows it filters, which is cheaper;
+	// a filter that reads another column could see its zero value, so
+	// list every column it reads. Register refuses a name that is not a
+	// column, a name listed twice, or FilterColumns without Filter. Zero
+	// value: every column.
 	FilterColumns []string
 	// DependsOn lists the synced resources whose rows Authorize reads (a
 	// todos policy that looks up memberships). When a change of one of
@@ -141,7 +143,11 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 			return nil, fmt.Errorf("tide: register %s: %w: FilterColumns: %v", r.Table, ErrInvalidResource, err)
 		}
 		schema.PrevColumns = cols
-		res.filter = newRowFilter(c, r.Filter, e.cfg.Logger.With("resource", name))
+		fc := c
+		if len(r.FilterColumns) > 0 {
+			fc = c.Only(cols) // the filter reads no other column: skip what can be
+		}
+		res.filter = newRowFilter(fc, r.Filter, e.cfg.Logger.With("resource", name))
 		for _, i := range cols {
 			res.filter.prevCols = append(res.filter.prevCols, schema.Columns[i].Name)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -30,6 +31,11 @@ type fieldCodec struct {
 	col   Column
 	// isPtr: the field is a pointer to the column's Go type (a nullable column).
 	isPtr bool
+	// skip: decoding may leave the field as it is (a codec from Only).
+	skip bool
+	// maxDigits: for an integer field, the most decimal digits every
+	// number of which fits it (0 otherwise, and where skip is false).
+	maxDigits int
 }
 
 // RowCodec maps a struct type to its columns (its `tide:"…"` tags) and
@@ -155,6 +161,36 @@ func (c *RowCodec) Columns() []Column {
 		cols[i] = f.col
 	}
 	return cols
+}
+
+// Only returns a codec that decodes only the columns cols (indexes in
+// Columns) into a struct: the other columns' fields may keep the value
+// they had (zero in a new value) instead, when the row lets it skip them
+// without decoding (text columns whose strings hold no escapes); they are
+// decoded otherwise. A row decodes with it, without error, exactly when
+// it decodes with c, and the columns cols get the same values. It is for
+// readers of a few columns of every row, such as row filters; it encodes
+// as c does.
+func (c *RowCodec) Only(cols []int) *RowCodec {
+	o := *c
+	o.fields = slices.Clone(c.fields)
+	for i := range o.fields {
+		f := &o.fields[i]
+		f.skip = !slices.Contains(cols, i)
+		if f.skip && (f.col.Kind == KindInt || f.col.Kind == KindUint) {
+			t := c.typ.Field(f.field).Type
+			if f.isPtr {
+				t = t.Elem()
+			}
+			bits := t.Bits()
+			if f.col.Kind == KindInt {
+				bits-- // the sign
+			}
+			// floor(bits·log10 2) digits: 10^d - 1 < 2^bits.
+			f.maxDigits = int(float64(bits) * math.Log10(2))
+		}
+	}
+	return &o
 }
 
 // Key returns the index in Columns of the primary key.

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/base64"
 	"reflect"
 	"strconv"
@@ -45,6 +46,8 @@ func (c *RowCodec) decodeFast(row []byte, v reflect.Value, share bool) bool {
 			if !p.value(0) {
 				return false
 			}
+		} else if f.skip && p.skipValue(f) {
+			// Left as it is: it decodes, whatever its value.
 		} else if !p.decodeField(f, v.Field(f.field), share) {
 			return false
 		}
@@ -68,6 +71,57 @@ func (c *RowCodec) field(name []byte) *fieldCodec {
 		}
 	}
 	return nil
+}
+
+// skipValue skips the value of a column the codec need not decode (skip),
+// and reports whether it did: a string without escapes or control
+// characters for a text column (any string decodes into one: encoding/json
+// replaces invalid UTF-8), an integer short enough for any value of its
+// digits to fit the field (maxDigits). Else it moves nothing.
+func (p *scanner) skipValue(f *fieldCodec) bool {
+	switch f.col.Kind {
+	case KindString:
+		return p.plainString()
+	case KindInt, KindUint:
+		b, i := p.b, p.i
+		if i < len(b) && b[i] == '-' && f.col.Kind == KindInt {
+			i++
+		}
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		n := i - start
+		if n == 0 || n > f.maxDigits || (n > 1 && b[start] == '0') {
+			return false
+		}
+		if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+			return false
+		}
+		p.i = i
+		return true
+	}
+	return false
+}
+
+// plainString skips a string without escapes or control characters, and
+// reports whether it did (else it moves nothing).
+func (p *scanner) plainString() bool {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return false
+	}
+	start := p.i + 1
+	end := bytes.IndexByte(p.b[start:], '"')
+	if end < 0 {
+		return false
+	}
+	for _, c := range p.b[start : start+end] {
+		if c < 0x20 || c == '\\' {
+			return false
+		}
+	}
+	p.i = start + end + 1
+	return true
 }
 
 // decodeField decodes one value into the field fv; with share, strings
