@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"sync"
 
 	"github.com/tidesync/tide/core/feed"
 )
@@ -46,18 +47,27 @@ func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 		return false, err
 	}
 	defer release()
-	ts := s.scopes()
-	maxChanges := int(min(hw-from, backlogCountCap))
+	larger, err := backlogCounts(s.ctx, counter, s.scopes(), from, hw, &e.wg)
+	if err == nil && larger {
+		e.stats.backlogs.Add(1)
+	}
+	return larger, err
+}
 
+// backlogCounts is backlogLarger's counting, the rows count running on a
+// goroutine counted by wg.
+func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, wg *sync.WaitGroup) (bool, error) {
+	maxChanges := int(min(hw-from, backlogCountCap))
 	type count struct {
 		n   int
 		err error
 	}
-	rowsCtx, stopRows := context.WithCancel(s.ctx)
+	rowsCtx, stopRows := context.WithCancel(ctx)
+	defer stopRows()
 	early := make(chan count, 1)
-	e.wg.Add(1)
+	wg.Add(1)
 	go func() {
-		defer e.wg.Done()
+		defer wg.Done()
 		n, err := countRows(rowsCtx, counter, ts, maxChanges+1)
 		early <- count{n, err}
 	}()
@@ -70,7 +80,7 @@ func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 
 	changes := 0
 	for _, t := range ts {
-		n, err := counter.Count(s.ctx, feed.CountQuery{Scope: t.scope, After: from, Until: hw, MaxChanges: maxChanges})
+		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, After: from, Until: hw, MaxChanges: maxChanges})
 		if err != nil {
 			stop()
 			return false, err
@@ -91,18 +101,13 @@ func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 		}
 		stopRows()
 		if r = <-early; r.err != nil { // stopped before it ended
-			r.n, r.err = countRows(s.ctx, counter, ts, changes+1)
+			r.n, r.err = countRows(ctx, counter, ts, changes+1)
 		}
 	}
-	stopRows()
 	if r.err != nil {
 		return false, r.err
 	}
-	if r.n > changes {
-		return false, nil
-	}
-	e.stats.backlogs.Add(1)
-	return true, nil
+	return r.n <= changes, nil
 }
 
 // countRows counts the rows of the scopes of ts, up to max in all.
