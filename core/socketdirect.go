@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -151,13 +152,25 @@ func (c *conn) finishRest() bool {
 type frames struct {
 	c      *conn
 	direct bool
-	bp     *[]byte // pooled buffer
-	buf    []byte
+	// blocking: the frames are written by blocking writes (the writer's
+	// drain, not flushDirect), so add may write a large payload at once.
+	blocking bool
+	out      io.Writer // where a direct socket's frames go; nil: c's socket
+	bp       *[]byte   // pooled buffer
+	buf      []byte
 }
 
 func (c *conn) newFrames() frames {
 	bp := writeBuffers.Get().(*[]byte)
-	return frames{c: c, direct: c.out.direct.rc != nil, bp: bp, buf: (*bp)[:0]}
+	return frames{c: c, direct: c.out.direct.rc != nil, blocking: true, bp: bp, buf: (*bp)[:0]}
+}
+
+// writer returns where a direct socket's frames are written.
+func (f *frames) writer() io.Writer {
+	if f.out != nil {
+		return f.out
+	}
+	return f.c.ws.NetConn()
 }
 
 // release returns the buffer to the pool.
@@ -192,11 +205,28 @@ func (f *frames) end(b []byte, at int) error {
 	return nil
 }
 
-// add adds a whole text message.
+// add adds a whole text message. On a direct socket written by blocking
+// writes, a payload of at least directPayload bytes (a replay or snapshot
+// page) is not copied: it is written from where it is, after the frames
+// collected before it and its header, in one vectored write.
 func (f *frames) add(payload []byte) error {
+	if f.direct && f.blocking && len(payload) >= directPayload {
+		var h [maxFrameHeader]byte
+		bufs := net.Buffers{f.buf, textHeader(h[:0], len(payload)), payload}
+		if len(f.buf) == 0 {
+			bufs = bufs[1:]
+		}
+		_, err := bufs.WriteTo(f.writer())
+		f.buf = f.buf[:0]
+		return err
+	}
 	b, at := f.begin()
 	return f.end(append(b, payload...), at)
 }
+
+// directPayload is the size from which frames.add writes a payload
+// without copying it.
+const directPayload = 16 << 10
 
 // flush writes the collected frames (blocking, under the deadline the
 // writer set) and empties the buffer.
@@ -204,7 +234,7 @@ func (f *frames) flush() error {
 	if !f.direct || len(f.buf) == 0 {
 		return nil
 	}
-	_, err := f.c.ws.NetConn().Write(f.buf)
+	_, err := f.writer().Write(f.buf)
 	f.buf = f.buf[:0]
 	return err
 }
@@ -213,28 +243,28 @@ func (f *frames) flush() error {
 // into the maxFrameHeader bytes reserved before it, moving the payload
 // down to close the gap, and returns b.
 func frameText(b []byte, at int) []byte {
-	n := len(b) - at
 	var h [maxFrameHeader]byte
-	h[0] = 0x81 // FIN, text
-	hl := 2
+	hdr := textHeader(h[:0], len(b)-at)
+	start := at - maxFrameHeader
+	copy(b[start+len(hdr):], b[at:])
+	b = b[:len(b)-(maxFrameHeader-len(hdr))]
+	copy(b[start:], hdr)
+	return b
+}
+
+// textHeader appends the header of a final text frame (unmasked) of n
+// payload bytes to b.
+func textHeader(b []byte, n int) []byte {
 	switch {
 	case n < 126:
-		h[1] = byte(n)
+		return append(b, 0x81, byte(n)) // FIN, text
 	case n <= 0xffff:
-		h[1] = 126
-		h[2], h[3] = byte(n>>8), byte(n)
-		hl = 4
-	default:
-		h[1] = 127
-		for i := range 8 {
-			h[2+i] = byte(uint64(n) >> (56 - 8*i))
-		}
-		hl = 10
+		return append(b, 0x81, 126, byte(n>>8), byte(n))
 	}
-	start := at - maxFrameHeader
-	copy(b[start+hl:], b[at:])
-	b = b[:len(b)-(maxFrameHeader-hl)]
-	copy(b[start:], h[:hl])
+	b = append(b, 0x81, 127)
+	for i := range 8 {
+		b = append(b, byte(uint64(n)>>(56-8*i)))
+	}
 	return b
 }
 

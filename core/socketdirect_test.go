@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/base64"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -14,49 +15,57 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// TestFrameTextRoundTrip: messages framed by frames.begin/end (every
-// header length: up to 125 bytes, up to 64 KiB, beyond) and written as one
-// buffer are read back, in order and byte for byte, by gorilla's client.
+// TestFrameTextRoundTrip: messages framed by frames.begin/end and add
+// (every header length: up to 125 bytes, up to 64 KiB, beyond) are read
+// back, in order and byte for byte, by gorilla's client: collected in one
+// buffer (flushDirect's frames), and written by blocking writes (the
+// writer's, where add writes large payloads without copying them).
 func TestFrameTextRoundTrip(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	var want [][]byte
-	f := frames{direct: true}
-	for range 200 {
-		var n int
-		switch rng.IntN(4) {
-		case 0:
-			n = rng.IntN(126)
-		case 1:
-			n = 126 + rng.IntN(0x10000-126)
-		case 2:
-			n = 0x10000 + rng.IntN(100_000)
-		default:
-			n = []int{0, 125, 126, 127, 0xffff, 0x10000}[rng.IntN(6)]
-		}
-		p := make([]byte, n)
-		for i := range p {
-			p[i] = 'a' + byte(rng.IntN(26))
-		}
-		want = append(want, p)
-		if rng.IntN(2) == 0 {
-			if err := f.add(p); err != nil {
+	for _, blocking := range []bool{false, true} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		var want [][]byte
+		var out bytes.Buffer
+		f := frames{direct: true, blocking: blocking, out: &out}
+		for range 200 {
+			var n int
+			switch rng.IntN(4) {
+			case 0:
+				n = rng.IntN(126)
+			case 1:
+				n = 126 + rng.IntN(0x10000-126)
+			case 2:
+				n = 0x10000 + rng.IntN(100_000)
+			default:
+				n = []int{0, 125, 126, 127, directPayload - 1, directPayload, 0xffff, 0x10000}[rng.IntN(8)]
+			}
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = 'a' + byte(rng.IntN(26))
+			}
+			want = append(want, p)
+			if rng.IntN(2) == 0 {
+				if err := f.add(p); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			b, at := f.begin()
+			if err := f.end(append(b, p...), at); err != nil {
 				t.Fatal(err)
 			}
-			continue
 		}
-		b, at := f.begin()
-		if err := f.end(append(b, p...), at); err != nil {
+		if err := f.flush(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	client := pipeClient(t, f.buf)
-	for i, w := range want {
-		mt, got, err := client.ReadMessage()
-		if err != nil {
-			t.Fatalf("message %d (%d bytes): %v", i, len(w), err)
-		}
-		if mt != websocket.TextMessage || !bytes.Equal(got, w) {
-			t.Fatalf("message %d: type %d, %d bytes, want text of %d bytes", i, mt, len(got), len(w))
+		client := pipeClient(t, out.Bytes())
+		for i, w := range want {
+			mt, got, err := client.ReadMessage()
+			if err != nil {
+				t.Fatalf("blocking %v, message %d (%d bytes): %v", blocking, i, len(w), err)
+			}
+			if mt != websocket.TextMessage || !bytes.Equal(got, w) {
+				t.Fatalf("blocking %v, message %d: type %d, %d bytes, want text of %d bytes", blocking, i, mt, len(got), len(w))
+			}
 		}
 	}
 }
@@ -102,5 +111,27 @@ func BenchmarkFrameText(b *testing.B) {
 			bb, at := f.begin()
 			_ = f.end(append(bb, payload...), at)
 		}
+	}
+}
+
+// BenchmarkFramePage: a drain of one 170 KB page frame (a snapshot page of
+// 1,000 rows), copied into the drain's buffer (flushDirect's frames) or
+// written from where it is (the writer's).
+func BenchmarkFramePage(b *testing.B) {
+	payload := bytes.Repeat([]byte("x"), 170_000)
+	for _, blocking := range []bool{false, true} {
+		b.Run(map[bool]string{false: "copied", true: "vectored"}[blocking], func(b *testing.B) {
+			f := frames{direct: true, blocking: blocking, out: io.Discard}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(payload)))
+			for b.Loop() {
+				if err := f.add(payload); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.flush(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
