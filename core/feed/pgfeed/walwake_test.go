@@ -132,7 +132,9 @@ func TestSequencerPollsWithoutReplicationRole(t *testing.T) {
 			got, at = append(got, cs...), cs[len(cs)-1].Pos
 		}
 	}
-	if st := f.SequencerStatus(); st.WALStream || st.WALWakeups != 0 || st.Sequenced < 3 {
+	// (The step's notification may wake the tailer before the sequencer
+	// counts the step, so the counts of steps are not compared.)
+	if st := f.SequencerStatus(); st.WALStream || st.WALWakeups != 0 {
 		t.Fatalf("status %+v, want polling", st)
 	}
 }
