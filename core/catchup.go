@@ -98,8 +98,13 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 		t   *target
 		err error
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel() // stops the reader if sending fails
+	// The reader stops at its next page when sending fails (stop) or the
+	// subscription ends. It has no context of its own: a child of the
+	// subscription's would keep a cancellation map allocated in it for the
+	// subscription's life, which every idle connection would pay for.
+	ctx := s.ctx
+	stop := make(chan struct{})
+	defer close(stop)
 	pages := make(chan result, replayAhead)
 	e.wg.Add(1)
 	go func() {
@@ -111,6 +116,8 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 				select {
 				case pages <- result{pg, t, err}:
 					return err == nil
+				case <-stop:
+					return false
 				case <-ctx.Done():
 					return false
 				}
