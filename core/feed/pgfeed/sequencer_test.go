@@ -280,11 +280,28 @@ func TestConflictingWritesInCommitOrder(t *testing.T) {
 // sequencer's, and Snapshot's).
 func TestRestartContinuesAboveReservation(t *testing.T) {
 	t.Parallel()
-	for _, via := range []string{"head", "sequencer", "snapshot"} {
+	for _, via := range []string{"head", "sequencer", "snapshot", "woken sequencer"} {
 		t.Run(via, func(t *testing.T) {
 			t.Parallel()
 			f, pool := newFeed(t, pgfeed.Options{}, feedtest.Items)
 			ctx := testCtx(t)
+			if via == "woken sequencer" {
+				// The sequencer already waits for the WAL stream when the
+				// server "restarts": its step is the WAL-woken one.
+				waiting := make(chan struct{}, 1)
+				f.OnStreamWait(func() {
+					select {
+					case waiting <- struct{}{}:
+					default:
+					}
+				})
+				f.StartSequencer()
+				select {
+				case <-waiting:
+				case <-ctx.Done():
+					t.Fatalf("the sequencer never waited for the WAL stream (status %+v)", f.SequencerStatus())
+				}
+			}
 			for i := range 5 {
 				insertItem(t, pool, fmt.Sprint("k", i), "t1", i)
 			}
@@ -299,14 +316,22 @@ func TestRestartContinuesAboveReservation(t *testing.T) {
 			}
 			// The crash: the last two changes' step is lost (rows back in
 			// the outbox, gone from the log), the sequence is rewound, and
-			// the server started anew.
+			// the server started anew; in one transaction, so a running
+			// sequencer sees it whole.
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, stmt := range []string{
 				`WITH lost AS (DELETE FROM ` + schema + `.changes WHERE pos > ` + fmt.Sprint(seen-2) + ` RETURNING *)
 				 INSERT INTO ` + schema + `.outbox (resource, op, key, scope, data, origin) SELECT resource, op, key, scope, data, origin FROM lost ORDER BY pos`,
 				`SELECT setval('` + schema + `.pos_seq', 1)`,
 				`UPDATE ` + schema + `.meta SET boot = '2000-01-01'`,
 			} {
-				exec2(t, pool, stmt)
+				exec2(t, tx, stmt)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
 			}
 			insertItem(t, pool, "after", "t1", 9)
 			switch via {
@@ -314,15 +339,22 @@ func TestRestartContinuesAboveReservation(t *testing.T) {
 				head(t, f)
 			case "sequencer":
 				f.StartSequencer()
+			case "woken sequencer":
+				// Started above; the insert's WAL wakes it.
 			case "snapshot":
 				if _, err := f.Snapshot(ctx, feed.SnapshotQuery{Scope: feed.NewScope(feedtest.Items, nil), Limit: 100}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			// One step moves all three (they committed before it), so once
-			// a change after the three kept ones is readable, all are.
-			if _, err := f.Tail(ctx, 3, 100); err != nil {
-				t.Fatal(err)
+			// The three changes after the three kept ones come back (one
+			// step, or two where a running sequencer was woken by the
+			// crash's own commit).
+			for at, got := feed.Position(3), 0; got < 3; {
+				cs, err := f.Tail(ctx, at, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				at, got = cs[len(cs)-1].Pos, got+len(cs)
 			}
 			// Every change is back in the log, each above the reservation.
 			var n, low int64
