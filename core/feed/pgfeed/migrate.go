@@ -236,7 +236,8 @@ BEGIN
   -- of steps that failed are holes, so a cursor at the head may be below
   -- it, and then does not take these changes as its next ones.
   SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END INTO head_before FROM ` + n.seq + ` s;
-  IF max_txs <= 0 OR (SELECT count(*) FROM (SELECT 1 FROM ` + n.outbox + ` LIMIT max_txs + 1) x) <= max_txs THEN
+  IF max_txs <= 0 OR NOT EXISTS (SELECT 1 FROM ` + n.outbox + ` OFFSET max_txs) THEN
+    -- Few enough rows for one step: every transaction this snapshot sees.
     RETURN QUERY WITH ` + n.moveReturning(true, "", ret) + `
     ` + sel + `;
   ELSE
