@@ -176,14 +176,28 @@ func (w *walWaker) stream(ctx context.Context) error {
 	}
 	var received uint64 // LSN after the last WAL byte received
 	var reply []byte
+	// A message arrives with every flush of the WAL, so receiving one must
+	// cost little: no context to watch per message. The stream ends by
+	// closing its socket when ctx ends, and by a read deadline when it is
+	// silent: the server sends a keepalive at least every half
+	// wal_sender_timeout (60 s by default), so a stream silent for longer
+	// is gone, though its connection may not say so.
+	nc := conn.Conn()
+	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
+	defer stop()
+	var deadline time.Time
 	for {
-		// The server sends a keepalive at least every half
-		// wal_sender_timeout (60 s by default); a stream silent for longer
-		// is gone, though its connection may not say so.
-		rctx, cancel := context.WithTimeout(ctx, walSilence)
-		msg, err := conn.ReceiveMessage(rctx)
-		cancel()
+		if now := time.Now(); now.Add(walSilence - time.Second).After(deadline) {
+			deadline = now.Add(walSilence)
+			if err := nc.SetReadDeadline(deadline); err != nil {
+				return err
+			}
+		}
+		msg, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return err
 		}
 		switch m := msg.(type) {
