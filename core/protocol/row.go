@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -36,6 +37,9 @@ type fieldCodec struct {
 	// maxDigits: for an integer field, the most decimal digits every
 	// number of which fits it (0 otherwise, and where skip is false).
 	maxDigits int
+	// name is the column's name as a JSON key with its colon, `"name":`,
+	// which decodeFast looks for where it expects this column next.
+	name string
 }
 
 // RowCodec maps a struct type to its columns (its `tide:"…"` tags) and
@@ -46,6 +50,11 @@ type RowCodec struct {
 	fields []fieldCodec
 	key    int   // index in fields of the primary key
 	scope  []int // indexes in fields of scope columns
+	// guesses[i+1] are the fields decodeFast expects after fields[i]
+	// (guesses[0]: first): the next in the order Encode writes the
+	// columns, then the next in jsonb's (shorter names first, then
+	// bytewise), which is how Postgres feeds render rows. -1: none.
+	guesses [][2]int
 }
 
 var codecs sync.Map // reflect.Type → *RowCodec or error
@@ -121,7 +130,37 @@ func buildCodec(t reflect.Type) (*RowCodec, error) {
 	if c.key < 0 {
 		return nil, fmt.Errorf("%s: %w", t, ErrNoPrimaryKey)
 	}
+	c.guessOrder()
 	return c, nil
+}
+
+// guessOrder fills the fields' JSON keys and c.guesses.
+func (c *RowCodec) guessOrder() {
+	n := len(c.fields)
+	jsonb := make([]int, n)
+	for i := range c.fields {
+		c.fields[i].name = string(AppendString(nil, c.fields[i].col.Name)) + ":"
+		jsonb[i] = i
+	}
+	slices.SortFunc(jsonb, func(a, b int) int {
+		x, y := c.fields[a].col.Name, c.fields[b].col.Name
+		if len(x) != len(y) {
+			return len(x) - len(y)
+		}
+		return strings.Compare(x, y)
+	})
+	c.guesses = make([][2]int, n+1)
+	for i := range c.guesses {
+		c.guesses[i] = [2]int{-1, -1}
+		if i < n {
+			c.guesses[i][0] = i
+		}
+	}
+	prev := -1
+	for _, f := range jsonb {
+		c.guesses[prev+1][1] = f
+		prev = f
+	}
 }
 
 // kindOf maps a field type to a column kind.

@@ -30,18 +30,33 @@ func (c *RowCodec) decodeFast(row []byte, v reflect.Value, share bool) bool {
 		p.space()
 		return p.i == len(p.b)
 	}
+	prev := -1 // the field of the last key
 	for {
 		p.space()
-		key, ok := p.strBytes()
-		if !ok {
-			return false
+		// Rows nearly always list the columns in one of the orders
+		// guesses knows: try the key expected next as a literal before
+		// scanning it.
+		var f *fieldCodec
+		for _, g := range c.guesses[prev+1] {
+			if g >= 0 && p.lit(c.fields[g].name) {
+				f, prev = &c.fields[g], g
+				break
+			}
+		}
+		if f == nil {
+			key, ok := p.strBytes()
+			if !ok {
+				return false
+			}
+			p.space()
+			if !p.lit(":") {
+				return false
+			}
+			if i := c.fieldIndex(key); i >= 0 {
+				f, prev = &c.fields[i], i
+			}
 		}
 		p.space()
-		if !p.lit(":") {
-			return false
-		}
-		p.space()
-		f := c.field(key)
 		if f == nil {
 			if !p.value(0) {
 				return false
@@ -63,14 +78,14 @@ func (c *RowCodec) decodeFast(row []byte, v reflect.Value, share bool) bool {
 	}
 }
 
-// field returns the column named name, or nil.
-func (c *RowCodec) field(name []byte) *fieldCodec {
+// fieldIndex returns the index in c.fields of the column named name, or -1.
+func (c *RowCodec) fieldIndex(name []byte) int {
 	for i := range c.fields {
 		if c.fields[i].col.Name == string(name) {
-			return &c.fields[i]
+			return i
 		}
 	}
-	return nil
+	return -1
 }
 
 // skipValue skips the value of a column the codec need not decode (skip),
@@ -115,10 +130,8 @@ func (p *scanner) plainString() bool {
 	if end < 0 {
 		return false
 	}
-	for _, c := range p.b[start : start+end] {
-		if c < 0x20 || c == '\\' {
-			return false
-		}
+	if plain, _ := plainBytes(p.b[start : start+end]); !plain {
+		return false
 	}
 	p.i = start + end + 1
 	return true

@@ -96,14 +96,8 @@ func (p *scanner) strBytes() ([]byte, bool) {
 		return nil, false
 	}
 	s := p.b[start : start+end]
-	high := false
-	for _, c := range s {
-		if c < 0x20 || c == '\\' {
-			return nil, false
-		}
-		high = high || c >= utf8.RuneSelf
-	}
-	if high && !utf8.Valid(s) { // ASCII is valid UTF-8
+	plain, ascii := plainBytes(s)
+	if !plain || !ascii && !utf8.Valid(s) {
 		return nil, false
 	}
 	p.i = start + end + 1
