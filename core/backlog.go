@@ -15,27 +15,26 @@ const backlogProbe = 10_000
 
 // backlogCountCap bounds the changes counted to compare a backlog with its
 // scope: a larger backlog counts as this large, and is sent as a snapshot
-// if the scope has at most this many rows.
+// if the scope has at most backlogRowsPerChange times this many rows.
 const backlogCountCap = 1 << 22
 
+// backlogRowsPerChange is how many rows of its scope a backlog's change
+// weighs: a backlog is sent as a snapshot when its scope holds at most this
+// many rows per change. A replay reads every change from the change log,
+// which costs several times more per change than a snapshot costs per row
+// (the log's rows are larger, and each is a JSON document), so a snapshot
+// pays off well before the backlog is as large as the scope.
+const backlogRowsPerChange = 2
+
 // backlogLarger reports whether the subscription's backlog in (from, hw]
-// holds at least as many changes as its scopes hold rows (and at least
-// backlogProbe), so that sending the rows (a reset, then a snapshot) costs
-// less than replaying the changes: a replay reads every change of the
-// backlog, a snapshot every row of the scope once.
+// holds at least backlogProbe changes and its scopes at most
+// backlogRowsPerChange rows per change, so that sending the rows (a reset,
+// then a snapshot) costs less than replaying the changes.
 //
 // It asks only when hw is at least backlogProbe positions past from, and
-// only a feed that implements feed.Counter, whose counts are capped. The
-// changes are counted up to m = min(hw-from, backlogCountCap) and, at the
-// same time on another connection, the rows up to m+1, so the decision
-// takes one count's time instead of two. The rows count can read more
-// than the rows needed (one more than the changes found): once the
-// changes are known, a rows count still running is stopped if fewer than
-// backlogProbe changes were found, and started again capped at the
-// changes found if those are fewer than half of m. So the rows read are at
-// most about twice the changes, plus what one changes count's time lets
-// the stopped count read. A feed that cannot count, or a count that
-// fails, replays.
+// only a feed that implements feed.Counter, whose counts are capped.
+// Counting is what the decision costs, so both counts stop early (see
+// backlogCounts). A feed that cannot count, or a count that fails, replays.
 func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 	e := s.c.e
 	counter, ok := e.feed.(feed.Counter)
@@ -56,8 +55,23 @@ func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 
 // backlogCounts is backlogLarger's counting, the rows count running on a
 // goroutine counted by wg.
+//
+// With m = min(hw-from, backlogCountCap) the most changes there can be, the
+// changes are counted up to half of m (at least backlogProbe) and, at the
+// same time on another connection, the rows up to 2m+1: one count's time,
+// and the changes count, the one that reads the change log, reads at most
+// half the backlog. Once the changes are known:
+//   - fewer than backlogProbe: the rows count is stopped; a replay;
+//   - fewer than their cap, so exact (c): rows beyond 2c+1 decide nothing,
+//     so a rows count still running is stopped and counted again capped
+//     there if that is under half its cap, and waited for otherwise;
+//   - at their cap, so at least that many: the rows count is waited for;
+//     if the rows are more than twice the cap but could still be at most
+//     twice the changes, the changes are counted again, up to half the rows.
 func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, wg *sync.WaitGroup) (bool, error) {
 	maxChanges := int(min(hw-from, backlogCountCap))
+	changeCap := min(maxChanges, max(backlogProbe, (maxChanges+1)/2))
+	rowsCap := backlogRowsPerChange*maxChanges + 1
 	type count struct {
 		n   int
 		err error
@@ -68,7 +82,7 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n, err := countRows(rowsCtx, counter, ts, maxChanges+1)
+		n, err := countRows(rowsCtx, counter, ts, rowsCap)
 		early <- count{n, err}
 	}()
 	// stop ends the rows count, and waits for it: it holds a connection
@@ -78,36 +92,62 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 		<-early
 	}
 
-	changes := 0
-	for _, t := range ts {
-		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, After: from, Until: hw, MaxChanges: maxChanges})
-		if err != nil {
-			stop()
-			return false, err
-		}
-		changes += n.Changes
+	changes, err := countChanges(ctx, counter, ts, from, hw, changeCap)
+	if err != nil {
+		stop()
+		return false, err
 	}
 	if changes < backlogProbe {
 		stop()
 		return false, nil
 	}
+	capped := changes >= changeCap
 	var r count
 	select {
 	case r = <-early:
 	default:
-		if 2*changes >= maxChanges {
-			r = <-early // it reads at most maxChanges+1 ≤ 2·changes+1 rows
+		need := backlogRowsPerChange*changes + 1 // more rows than this: a replay
+		if capped || 2*need >= rowsCap {
+			r = <-early // it reads at most rowsCap ≤ 2·need rows
 			break
 		}
 		stopRows()
 		if r = <-early; r.err != nil { // stopped before it ended
-			r.n, r.err = countRows(ctx, counter, ts, changes+1)
+			r.n, r.err = countRows(ctx, counter, ts, need)
 		}
 	}
 	if r.err != nil {
 		return false, r.err
 	}
-	return r.n <= changes, nil
+	if r.n <= backlogRowsPerChange*changes {
+		return true, nil
+	}
+	if !capped || r.n > backlogRowsPerChange*maxChanges {
+		return false, nil // exact, or more rows than any number of changes weighs
+	}
+	// At least changeCap changes, and between 2·changeCap and 2m rows.
+	want := (r.n + backlogRowsPerChange - 1) / backlogRowsPerChange
+	n, err := countChanges(ctx, counter, ts, from, hw, want)
+	if err != nil {
+		return false, err
+	}
+	return n >= want, nil
+}
+
+// countChanges counts the changes of the scopes of ts in (from, hw], up to
+// max in all.
+func countChanges(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, max int) (int, error) {
+	changes := 0
+	for _, t := range ts {
+		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, After: from, Until: hw, MaxChanges: max - changes})
+		if err != nil {
+			return 0, err
+		}
+		if changes += n.Changes; changes >= max {
+			break
+		}
+	}
+	return changes, nil
 }
 
 // countRows counts the rows of the scopes of ts, up to max in all.

@@ -8,20 +8,26 @@ import (
 	"github.com/tidesync/tide/core/feed"
 )
 
-// fakeCounter answers the changes count with changes (closing
-// changesDone after it) and the rows counts with rows, which may block.
+// fakeCounter answers the changes counts with changes (closing
+// changesDone after the first) and the rows counts with rows, which may
+// block.
 type fakeCounter struct {
 	changes     int
 	changesDone chan struct{}
 	rows        func(ctx context.Context, q feed.CountQuery) (int, error)
 
-	mu      sync.Mutex
-	rowCaps []int // MaxRows of every rows count, in order
+	mu         sync.Mutex
+	once       sync.Once
+	rowCaps    []int // MaxRows of every rows count, in order
+	changeCaps []int // MaxChanges of every changes count, in order
 }
 
 func (f *fakeCounter) Count(ctx context.Context, q feed.CountQuery) (feed.Counts, error) {
 	if q.MaxChanges > 0 {
-		defer close(f.changesDone)
+		f.mu.Lock()
+		f.changeCaps = append(f.changeCaps, q.MaxChanges)
+		f.mu.Unlock()
+		defer f.once.Do(func() { close(f.changesDone) })
 		return feed.Counts{Changes: min(f.changes, q.MaxChanges)}, nil
 	}
 	f.mu.Lock()
@@ -31,15 +37,30 @@ func (f *fakeCounter) Count(ctx context.Context, q feed.CountQuery) (feed.Counts
 	return feed.Counts{Rows: min(n, q.MaxRows)}, err
 }
 
-// TestBacklogCountsBoundTheRowsCount: the rows are counted while the
-// changes are, capped at one more than the changes could be; once the
-// changes are known, a rows count still running is stopped when they are
-// too few to matter, counted again at the changes when they are under half
-// its cap, and waited for otherwise. Every count's goroutine has ended when
-// the decision returns.
-func TestBacklogCountsBoundTheRowsCount(t *testing.T) {
+func sameInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestBacklogCountsBoundTheCounts: the changes are counted up to half the
+// backlog's positions while the rows are counted up to one more than twice
+// them; once the changes are known, a rows count still running is stopped
+// when they are too few to matter, counted again at twice the changes when
+// that is under half its cap, and waited for when the changes reached
+// their cap, after which the changes are counted again if only more of
+// them can tell. The decision is a snapshot exactly when there are at
+// least backlogProbe changes and at most twice as many rows. Every count's
+// goroutine has ended when the decision returns.
+func TestBacklogCountsBoundTheCounts(t *testing.T) {
 	ts := targets{{scope: feed.Scope{Schema: &feed.Schema{Name: "items"}}}}
-	const from, hw = 0, 100_000 // the changes count is capped at 100,000, the rows at 100,001
+	const from, hw = 0, 100_000 // changes capped at 50,000, rows at 200,001
 	// blockUntilCancelled is a rows count that ends only when stopped,
 	// except a count capped at hw or less, which finds recountRows.
 	blockUntilCancelled := func(recountRows int) func(ctx context.Context, q feed.CountQuery) (int, error) {
@@ -60,16 +81,16 @@ func TestBacklogCountsBoundTheRowsCount(t *testing.T) {
 		if err != nil || larger {
 			t.Fatalf("larger %v, err %v; want a replay", larger, err)
 		}
-		if len(fc.rowCaps) != 1 || fc.rowCaps[0] != hw+1 {
-			t.Fatalf("rows counts capped at %v, want [%d]", fc.rowCaps, hw+1)
+		if !sameInts(fc.rowCaps, []int{2*hw + 1}) || !sameInts(fc.changeCaps, []int{hw / 2}) {
+			t.Fatalf("rows counts capped at %v, changes at %v; want [%d], [%d]", fc.rowCaps, fc.changeCaps, 2*hw+1, hw/2)
 		}
 	})
 
-	t.Run("under half the cap: counted again at the changes", func(t *testing.T) {
+	t.Run("exact changes: rows counted again at twice them", func(t *testing.T) {
 		for _, tc := range []struct {
 			rows   int
 			larger bool
-		}{{15_000, true}, {20_000, true}, {20_001, false}} {
+		}{{15_000, true}, {40_000, true}, {40_001, false}} {
 			var wg sync.WaitGroup
 			fc := &fakeCounter{changes: 20_000, changesDone: make(chan struct{}), rows: blockUntilCancelled(tc.rows)}
 			larger, err := backlogCounts(context.Background(), fc, ts, from, hw, &wg)
@@ -77,17 +98,26 @@ func TestBacklogCountsBoundTheRowsCount(t *testing.T) {
 			if err != nil || larger != tc.larger {
 				t.Fatalf("%d rows: larger %v, err %v; want %v", tc.rows, larger, err, tc.larger)
 			}
-			if len(fc.rowCaps) != 2 || fc.rowCaps[0] != hw+1 || fc.rowCaps[1] != 20_001 {
-				t.Fatalf("rows counts capped at %v, want [%d 20001]", fc.rowCaps, hw+1)
+			if !sameInts(fc.rowCaps, []int{2*hw + 1, 40_001}) || !sameInts(fc.changeCaps, []int{hw / 2}) {
+				t.Fatalf("rows counts capped at %v, changes at %v; want [%d 40001], [%d]", fc.rowCaps, fc.changeCaps, 2*hw+1, hw/2)
 			}
 		}
 	})
 
-	t.Run("at least half the cap: the running count is waited for", func(t *testing.T) {
+	t.Run("changes at their cap: the running count is waited for", func(t *testing.T) {
 		for _, tc := range []struct {
-			rows   int
-			larger bool
-		}{{50_000, true}, {60_000, true}, {60_001, false}, {200_000, false}} {
+			rows       int
+			larger     bool
+			changeCaps []int
+		}{
+			{50_000, true, []int{hw / 2}},
+			{100_000, true, []int{hw / 2}},
+			{100_001, true, []int{hw / 2, 50_001}}, // 60,000 changes: enough
+			{120_000, true, []int{hw / 2, 60_000}},
+			{120_001, false, []int{hw / 2, 60_001}},
+			{2 * hw, false, []int{hw / 2, hw}},
+			{300_000, false, []int{hw / 2}}, // more than any backlog in (from, hw] weighs
+		} {
 			var wg sync.WaitGroup
 			stopped := false
 			fc := &fakeCounter{changes: 60_000, changesDone: make(chan struct{})}
@@ -105,8 +135,8 @@ func TestBacklogCountsBoundTheRowsCount(t *testing.T) {
 			if err != nil || larger != tc.larger || stopped {
 				t.Fatalf("%d rows: larger %v, err %v, rows count stopped %v; want %v, not stopped", tc.rows, larger, err, stopped, tc.larger)
 			}
-			if len(fc.rowCaps) != 1 || fc.rowCaps[0] != hw+1 {
-				t.Fatalf("rows counts capped at %v, want [%d]", fc.rowCaps, hw+1)
+			if !sameInts(fc.rowCaps, []int{2*hw + 1}) || !sameInts(fc.changeCaps, tc.changeCaps) {
+				t.Fatalf("%d rows: rows counts capped at %v, changes at %v; want [%d], %v", tc.rows, fc.rowCaps, fc.changeCaps, 2*hw+1, tc.changeCaps)
 			}
 		}
 	})

@@ -103,7 +103,7 @@ func visibleRows(t *testing.T, s *server, p string) map[string]todo {
 // converges (rows deleted or moved out meanwhile are gone, rows hidden by
 // the row filter meanwhile too), no hidden row reaches it, not even by
 // key, and the resumed subscription stays live. A smaller backlog, and a
-// large one of a larger scope, are replayed.
+// large one of a scope more than twice as large, are replayed.
 func TestBacklogLargerThanScopeIsASnapshot(t *testing.T) {
 	s := newFilteredServer(t, core.Config{})
 	ctx := context.Background()
@@ -230,9 +230,17 @@ func TestBacklogLargerThanScopeIsASnapshot(t *testing.T) {
 		t.Fatalf("live: %+v", f)
 	}
 
-	// A large backlog of a scope with more rows than changes is replayed:
-	// p8 holds 200 rows rewritten 60 times plus the moved ones, and only
-	// the changes after p8's own cursor count.
+	// A large backlog of a scope with more than twice as many rows as
+	// changes is replayed: p8 holds 200 rows rewritten 60 times, the moved
+	// ones and 12,000 more, and only the 12,000 changes after p8's own
+	// cursor count.
+	var base []todo
+	for i := range 12_000 {
+		base = append(base, todo{ID: fmt.Sprintf("b%05d", i), ProjectID: "p8", Title: "old"})
+	}
+	if err := s.todos.Upsert(ctx, base...); err != nil {
+		t.Fatal(err)
+	}
 	c8 := s.dial(t, "u1", "p8")
 	c8.hello()
 	c8.Subscribe("s8", "todos", project("p8"))
