@@ -168,6 +168,8 @@ type Feed struct {
 	sequencerPID   atomic.Uint32
 	sequencerTerms atomic.Int64
 	sequencerSteps atomic.Int64
+	shrinking      atomic.Bool  // a vacuum that may cut the outbox's file runs (shrinkOutbox)
+	outboxShrinks  atomic.Int64 // such vacuums that ended
 	sequenced      atomic.Int64
 	waker          atomic.Pointer[walWaker]       // the current term's WAL wake-up, or nil
 	stepped        atomic.Pointer[steppedChanges] // the changes of this node's latest step, for its tailers

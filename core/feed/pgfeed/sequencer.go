@@ -56,6 +56,12 @@ const (
 	// millisecond's commits, and a quiet one loses nothing (its next change
 	// is further away than that).
 	sequencerStepGap = time.Millisecond
+	// outboxShrinkAbove is the outbox size past which the sequencer, once
+	// changes calm down, lets a vacuum give the outbox's empty tail back
+	// (see shrinkOutbox); outboxCalm is the most changes moved within an
+	// outboxVacuumEvery that count as calm.
+	outboxShrinkAbove = 1 << 20
+	outboxCalm        = 1000
 )
 
 // StartSequencer makes this feed a candidate for the database's sequencer
@@ -202,13 +208,27 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	last := time.Now()   // when the last step moved changes
 	var unvacuumed int64 // changes moved out of the outbox since its last vacuum
 	lastVacuum := time.Now()
+	sizeDue := false // vacuumed since the outbox's size was last looked at
 	for {
-		if unvacuumed > 0 && time.Since(lastVacuum) >= outboxVacuumEvery {
-			// The outbox is a queue: every row is deleted soon after it is
-			// written. Reclaiming the space often keeps it a few pages long,
-			// so the steps' scans of it stay cheap whatever autovacuum does.
-			if _, err := conn.Exec(qctx, "VACUUM (TRUNCATE false, SKIP_LOCKED) "+f.n.outbox); err != nil {
-				return err
+		if (unvacuumed > 0 || sizeDue) && time.Since(lastVacuum) >= outboxVacuumEvery {
+			moved := unvacuumed
+			if moved > 0 {
+				// The outbox is a queue: every row is deleted soon after it
+				// is written. Reclaiming the space often keeps it a few
+				// pages long, so the steps' scans of it stay cheap whatever
+				// autovacuum does. This vacuum leaves the file's length as
+				// it is: cutting it takes a lock the app's writes would wait
+				// for.
+				if _, err := conn.Exec(qctx, "VACUUM (TRUNCATE false, SKIP_LOCKED) "+f.n.outbox); err != nil {
+					return err
+				}
+				sizeDue = true
+			}
+			if sizeDue && moved < outboxCalm {
+				sizeDue = false
+				if err := f.shrinkOutbox(qctx, conn); err != nil {
+					return err
+				}
 			}
 			unvacuumed, lastVacuum = 0, time.Now()
 		}
@@ -274,6 +294,38 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 		}
 		timer.Stop()
 	}
+}
+
+// shrinkOutbox starts a vacuum that may cut the outbox's file, on a pool
+// connection, if the file is larger than outboxShrinkAbove: a burst of
+// writes (a bulk UPDATE, say) leaves the outbox that long once sequenced,
+// and every step scans the whole file, empty pages too, so each step would
+// cost for ever what the burst's did. Cutting the file's empty end takes a
+// lock that the app's writes to synced tables wait for while it is held:
+// Postgres's vacuum only tries for it without waiting, and lets it go as
+// soon as a write waits. One such vacuum runs at a time; its end is not
+// waited for (conn is the sequencer's, which only reads the size).
+func (f *Feed) shrinkOutbox(ctx context.Context, conn *pgx.Conn) error {
+	var size int64
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_relation_size("+quoteLit(f.n.outbox)+")").Scan(&size); err != nil {
+		return err
+	}
+	if size <= outboxShrinkAbove || !f.shrinking.CompareAndSwap(false, true) {
+		return nil
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer f.shrinking.Store(false)
+		if _, err := f.pool.Exec(f.ctx, "VACUUM (SKIP_LOCKED) "+f.n.outbox); err != nil {
+			if f.ctx.Err() == nil {
+				f.log.Warn("pgfeed: vacuum of the outbox failed", "schema", f.opts.Schema, "err", err)
+			}
+			return
+		}
+		f.outboxShrinks.Add(1)
+	}()
+	return nil
 }
 
 // stepRows runs one step that returns the changes it gave positions to (see
