@@ -41,7 +41,7 @@ func (s *subscription) catchUp(sp startPoint) error {
 			err, reason = feed.ErrCursorExpired, protocol.ResetCursorAhead
 		}
 		if err == nil && probe {
-			// A backlog at least as large as the scope is sent as the
+			// A backlog large for its scope is sent as the
 			// scope's rows, exactly as an expired cursor is.
 			probe = false
 			var larger bool

@@ -87,7 +87,7 @@ type dialOpts struct {
 	readBuf int    // read chunk size
 	track   int    // latency: track arrival of keys 0..track-1
 	// resetOK counts reset frames (resets) instead of failing on them: a
-	// replay of a backlog larger than its scope is a reset and a snapshot.
+	// replay of a backlog large for its scope is a reset and a snapshot.
 	resetOK bool
 }
 

@@ -135,7 +135,7 @@ type Counts struct {
 
 // Counter is implemented by feeds that can count a scope's backlog and its
 // current rows up to a cap. The engine asks when a client resumes far
-// behind the head: a backlog at least as large as the scope is sent as the
+// behind the head: a backlog large for its scope is sent as the
 // scope's rows (a reset and a snapshot) instead. A feed without it always
 // replays.
 type Counter interface {

@@ -108,7 +108,7 @@ const (
 	ResetCursorExpired ResetReason = "cursor_expired" // the changes after the cursor were pruned
 	ResetCursorAhead   ResetReason = "cursor_ahead"   // the cursor is past the feed's head (the feed was restored)
 	ResetEpochChanged  ResetReason = "epoch_changed"  // the cursor belongs to another feed (another database)
-	// ResetBacklog: the changes after the cursor are at least as many as
-	// the scope's rows, so the server sends the rows instead.
+	// ResetBacklog: the changes after the cursor are at least half as many
+	// as the scope's rows, so the server sends the rows instead.
 	ResetBacklog ResetReason = "backlog"
 )
