@@ -2,39 +2,55 @@ package protocol
 
 import "encoding/binary"
 
-// Bytes repeated in every lane of a word, for plainBytes.
+// Bytes repeated in every lane of a word, for scanPlain.
 const (
 	lanes1    = 0x0101010101010101
 	lanesHigh = 0x8080808080808080
 )
 
+// EscapeIndex returns the index of the first byte of s that a JSON string
+// must escape (a '"', a '\\' or a control character below 0x20), or len(s)
+// if there is none: the run before it can be copied into a JSON string as
+// it is. It looks at eight bytes at a time.
+func EscapeIndex(s []byte) int {
+	i, _ := scanPlain(s)
+	return i
+}
+
 // plainBytes reports whether s, the inside of a JSON string, holds no
-// escape and no control character (no '\\', no byte below 0x20), so that
-// it is the string's value as it is; and whether it is all ASCII, so that
-// it needs no UTF-8 check. It looks at eight bytes at a time: a row's text
-// values are what the scanners of row filters and clients spend most of
-// their time in.
+// escape and no control character, so that it is the string's value as it
+// is (a '"' cannot be inside one); and whether it is all ASCII, so that it
+// needs no UTF-8 check. A row's text values are what the scanners of row
+// filters and clients spend most of their time in.
 func plainBytes(s []byte) (plain, ascii bool) {
+	i, high := scanPlain(s)
+	return i == len(s), i == len(s) && !high
+}
+
+// scanPlain returns EscapeIndex(s), and whether a byte before it is 0x80 or
+// more.
+func scanPlain(s []byte) (int, bool) {
 	var high uint64
 	i := 0
 	for ; i+8 <= len(s); i += 8 {
 		x := binary.LittleEndian.Uint64(s[i:])
-		// A lane below 0x20, or equal to '\\' (zero once xored with it),
-		// sets its high bit here; a lane of 0x80 or more cannot, and no
-		// lane sets it when none is either (the borrows start only at
-		// such a lane).
-		y := x ^ ('\\' * lanes1)
-		if ((x-0x20*lanes1)&^x|(y-lanes1)&^y)&lanesHigh != 0 {
-			return false, false
+		// A lane below 0x20, or equal to '"' or '\\' (zero once xored with
+		// it), sets its high bit here; a lane of 0x80 or more cannot, and
+		// no lane sets it when none is one of those (the borrows start
+		// only at such a lane).
+		q := x ^ ('"' * lanes1)
+		b := x ^ ('\\' * lanes1)
+		if ((x-0x20*lanes1)&^x|(q-lanes1)&^q|(b-lanes1)&^b)&lanesHigh != 0 {
+			break // the escape is in this word: found below
 		}
 		high |= x
 	}
 	for ; i < len(s); i++ {
 		c := s[i]
-		if c < 0x20 || c == '\\' {
-			return false, false
+		if c < 0x20 || c == '"' || c == '\\' {
+			break
 		}
 		high |= uint64(c)
 	}
-	return true, high&lanesHigh == 0
+	return i, high&lanesHigh != 0
 }

@@ -9,7 +9,7 @@ import (
 func plainBytesNaive(s []byte) (plain, ascii bool) {
 	ascii = true
 	for _, c := range s {
-		if c < 0x20 || c == '\\' {
+		if c < 0x20 || c == '"' || c == '\\' {
 			return false, false
 		}
 		if c >= 0x80 {
@@ -17,6 +17,16 @@ func plainBytesNaive(s []byte) (plain, ascii bool) {
 		}
 	}
 	return true, ascii
+}
+
+// escapeIndexNaive is EscapeIndex one byte at a time.
+func escapeIndexNaive(s []byte) int {
+	for i, c := range s {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return i
+		}
+	}
+	return len(s)
 }
 
 func TestPlainBytes(t *testing.T) {
@@ -34,7 +44,9 @@ func TestPlainBytes(t *testing.T) {
 		{"back\\slash", false, false},
 		{"1234567\\", false, false},
 		{"\\", false, false},
-		{" !\"#$%&'", true, true}, // 0x20 and up are plain
+		{" !#$%&'()", true, true}, // 0x20 and up are plain
+		{"1234567\"", false, false},
+		{"\x80\x80\x80\x80\x80\x80\x80\"", false, false},
 		{"caf\xc3\xa9 au lait", true, false},
 		{"\x80\x80\x80\x80\x80\x80\x80\x80", true, false},
 		{"\xff\xff\xff\xff\xff\xff\xff\xff\x1f", false, false},
@@ -55,7 +67,7 @@ func TestPlainBytes(t *testing.T) {
 // edges.
 func TestPlainBytesRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	edges := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '\\' - 1, '\\', '\\' + 1, 0x7f, 0x80, 0x81, 0x9c, 0x9f, 0xa0, 0xdc, 0xff, 'a', 'z'}
+	edges := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"', '"' + 1, 0xa2, '\\' - 1, '\\', '\\' + 1, 0x7f, 0x80, 0x81, 0x9c, 0x9f, 0xa0, 0xdc, 0xff, 'a', 'z'}
 	for range 200_000 {
 		n := r.IntN(40)
 		s := make([]byte, n)
@@ -64,7 +76,7 @@ func TestPlainBytesRandom(t *testing.T) {
 				s[i] = edges[r.IntN(len(edges))]
 			} else {
 				s[i] = byte(0x20 + r.IntN(0x5f))
-				if s[i] == '\\' {
+				if s[i] == '\\' || s[i] == '"' {
 					s[i] = 'x'
 				}
 			}
@@ -73,6 +85,9 @@ func TestPlainBytesRandom(t *testing.T) {
 		wp, wa := plainBytesNaive(s)
 		if gp != wp || ga != wa {
 			t.Fatalf("plainBytes(%q) = %v, %v; the byte loop says %v, %v", s, gp, ga, wp, wa)
+		}
+		if g, w := EscapeIndex(s), escapeIndexNaive(s); g != w {
+			t.Fatalf("EscapeIndex(%q) = %d; the byte loop says %d", s, g, w)
 		}
 	}
 }
@@ -86,6 +101,9 @@ func FuzzPlainBytes(f *testing.F) {
 		wp, wa := plainBytesNaive(s)
 		if gp != wp || ga != wa {
 			t.Fatalf("plainBytes(%q) = %v, %v; the byte loop says %v, %v", s, gp, ga, wp, wa)
+		}
+		if g, w := EscapeIndex(s), escapeIndexNaive(s); g != w {
+			t.Fatalf("EscapeIndex(%q) = %d; the byte loop says %d", s, g, w)
 		}
 	})
 }

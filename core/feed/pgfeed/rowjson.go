@@ -221,7 +221,7 @@ func appendValue(dst []byte, enc colEnc, format int16, v []byte) ([]byte, error)
 func appendJSONBString(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); i++ {
+	for i := protocol.EscapeIndex(s); i < len(s); i++ {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
