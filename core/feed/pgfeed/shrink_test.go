@@ -33,7 +33,9 @@ SELECT 'k' || i, 't' || (i % 50), i % 7, 'a title of a typical length', i, false
 		}
 		return n
 	}
-	if n := size(); n <= 1<<20 {
+	// The burst must have grown the outbox past the shrink's threshold,
+	// unless (on a slow machine) it was sequenced and shrunk already.
+	if n := size(); n <= 1<<20 && f.SequencerStatus().OutboxShrinks == 0 {
 		t.Fatalf("the burst left an outbox of %d bytes; the test needs more than 1 MiB", n)
 	}
 	h := head(t, f) // the burst is sequenced
