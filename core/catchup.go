@@ -234,7 +234,7 @@ func (s *subscription) sendChanges(changes []feed.Change) error {
 			if multi {
 				r = s.targets.of(changes[i].Resource).res
 			}
-			pg.addChange(r, s.principal(), &changes[i], false, multi)
+			pg.addChange(r, s.principal(), &changes[i], nil, false, multi)
 			pg.last = changes[i].Pos
 		}
 		if pg.n > 0 {

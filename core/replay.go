@@ -57,7 +57,7 @@ func (pg *page) add(entry []byte) {
 // the resource has no row filter (the common case: no per-entry garbage).
 // named adds the change's resource to the entry (subscriptions of several
 // resources).
-func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapshot, named bool) {
+func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, spans []protocol.ValueSpan, snapshot, named bool) {
 	if r.filter != nil && c.Op == feed.OpUpsert {
 		// Most upserts are visible: decoded and checked here, and
 		// encoded in place; the others go through see with the row
@@ -66,7 +66,7 @@ func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, snapsh
 			pg.arena = new(any)
 		}
 		enc := entryBytes{}
-		enc.view.arena = pg.arena
+		enc.view.arena, enc.view.spans = pg.arena, spans
 		if visible, _ := r.filter.check(p, c, &enc.view); visible {
 			if pg.n > 0 {
 				pg.buf = append(pg.buf, ',')
@@ -153,7 +153,7 @@ func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal,
 	pg := newPage(sl.changes)
 	pg.last, pg.next, pg.done = after, sl.next, sl.done
 	for i := range sl.changes {
-		pg.addChange(r, p, &sl.changes[i], false, false)
+		pg.addChange(r, p, &sl.changes[i], nil, false, false)
 		pg.last = sl.changes[i].Pos
 	}
 	return pg, nil
@@ -182,8 +182,16 @@ func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principa
 func snapshotEntries(r *resource, p authz.Principal, sp feed.SnapshotPage, after string, named bool) page {
 	pg := newPage(sp.Rows)
 	pg.pos, pg.lastKey = sp.Pos, after
+	n := len(r.schema.Columns)
+	if len(sp.Spans) != n*len(sp.Rows) {
+		sp.Spans = nil // none, or not this schema's
+	}
 	for i := range sp.Rows {
-		pg.addChange(r, p, &sp.Rows[i], true, named)
+		var spans []protocol.ValueSpan
+		if sp.Spans != nil {
+			spans = sp.Spans[i*n : (i+1)*n : (i+1)*n]
+		}
+		pg.addChange(r, p, &sp.Rows[i], spans, true, named)
 		pg.lastKey = sp.Rows[i].Key
 	}
 	return pg

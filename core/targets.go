@@ -254,7 +254,7 @@ func multiPage(ts targets, p authz.Principal, changes []feed.Change, after feed.
 	pg.last = after
 	for i := range changes {
 		c := &changes[i]
-		pg.addChange(ts.of(c.Resource).res, p, c, false, true)
+		pg.addChange(ts.of(c.Resource).res, p, c, nil, false, true)
 		pg.last = c.Pos
 	}
 	return pg

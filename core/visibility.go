@@ -98,6 +98,9 @@ type rowView struct {
 	// arena, when set, is where row is decoded: rows of one page share
 	// allocations (rowFilter.decodeIn) instead of one each.
 	arena *any
+	// spans, when set (with arena), locate the row's values (the feed's
+	// feed.SnapshotPage.Spans).
+	spans []protocol.ValueSpan
 }
 
 func (v *rowView) hiddenDelete(c *feed.Change) []byte {
@@ -117,7 +120,7 @@ func (f *rowFilter) check(p authz.Principal, c *feed.Change, v *rowView) (visibl
 			var row any
 			var err error
 			if v.arena != nil {
-				row, err = f.decodeIn(c.Row, v.arena)
+				row, err = f.decodeIn(c.Row, v.spans, v.arena)
 			} else {
 				row, err = f.decode(c.Row)
 			}
@@ -212,8 +215,9 @@ type rowFilter struct {
 	// decodeIn is decode into the next free row of an arena (nil at
 	// first, then the filter's own), which it grows by rowArenaLen rows
 	// at a time: one allocation for that many rows. Every decoded row
-	// keeps its own memory, as with decode.
-	decodeIn func(row json.RawMessage, arena *any) (any, error)
+	// keeps its own memory, as with decode. With spans (the feed's, see
+	// feed.SnapshotPage.Spans) it decodes each value where they say.
+	decodeIn func(row json.RawMessage, spans []protocol.ValueSpan, arena *any) (any, error)
 	visible  func(p authz.Principal, row any) bool
 	prevCols []string // what a previous version must hold (Schema.PrevColumns)
 	log      *slog.Logger
@@ -232,7 +236,7 @@ func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.L
 			}
 			return v, nil
 		},
-		decodeIn: func(row json.RawMessage, arena *any) (any, error) {
+		decodeIn: func(row json.RawMessage, spans []protocol.ValueSpan, arena *any) (any, error) {
 			rows, _ := (*arena).(*[]T)
 			if rows == nil {
 				rows = new([]T)
@@ -243,7 +247,13 @@ func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.L
 			}
 			v := &(*rows)[0]
 			*rows = (*rows)[1:]
-			if err := c.DecodeShared(row, reflect.ValueOf(v).Elem()); err != nil {
+			var err error
+			if spans != nil {
+				err = c.DecodeSpans(row, spans, reflect.ValueOf(v).Elem())
+			} else {
+				err = c.DecodeShared(row, reflect.ValueOf(v).Elem())
+			}
+			if err != nil {
 				return nil, err
 			}
 			return v, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // Position is a point in a feed's commit order. Zero is the beginning of the
@@ -112,6 +114,12 @@ type SnapshotQuery struct {
 type SnapshotPage struct {
 	Rows []Change
 	Pos  Position
+	// Spans, when not nil, locates the values of every row in its Row: the
+	// spans of Rows[i] are Spans[i*n:(i+1)*n], n being the number of the
+	// schema's columns, in Columns order (see protocol.ValueSpan). A feed
+	// that renders rows itself may fill it; the engine's row filters then
+	// decode each value where it is instead of scanning the row.
+	Spans []protocol.ValueSpan
 }
 
 // CountQuery asks how many changes one scope has in (After, Until] and how

@@ -241,7 +241,7 @@ func (f *Feed) readSnapshot(ctx context.Context, q querier, p *plan, sq feed.Sna
 		if len(vals[2]) != 1 || (vals[2][0] != 1 && vals[2][0] != 't') {
 			continue // the empty row of the LEFT JOIN: no row found
 		}
-		c, err := p.decodeSnapshotRow(fds[snapFixed:], vals[snapFixed:], &mem, &row)
+		c, err := p.decodeSnapshotRow(fds[snapFixed:], vals[snapFixed:], &mem, &row, &page)
 		if err != nil {
 			return feed.SnapshotPage{}, 0, false, err
 		}
@@ -254,32 +254,11 @@ func (f *Feed) readSnapshot(ctx context.Context, q querier, p *plan, sq feed.Sna
 	return page, count, found, nil
 }
 
-// decodeRows reads rows of plan.snapSel (a FETCH of SnapshotPages's
-// cursor) into a page without a position.
-func (f *Feed) decodeRows(rows pgx.Rows, p *plan, sq feed.SnapshotQuery) (feed.SnapshotPage, error) {
-	defer rows.Close()
-	page := feed.SnapshotPage{Rows: make([]feed.Change, 0, min(sq.Limit, 1024))}
-	var mem slab
-	var row []byte
-	for rows.Next() {
-		fds, vals := rows.FieldDescriptions(), rows.RawValues()
-		if len(fds) != len(p.snapSel) || len(vals) != len(fds) {
-			return feed.SnapshotPage{}, fmt.Errorf("pgfeed: snapshot: %d result columns, want %d", len(fds), len(p.snapSel))
-		}
-		c, err := p.decodeSnapshotRow(fds, vals, &mem, &row)
-		if err != nil {
-			return feed.SnapshotPage{}, err
-		}
-		c.Resource = sq.Scope.Schema.Name
-		page.Rows = append(page.Rows, c)
-	}
-	return page, rows.Err()
-}
-
 // decodeSnapshotRow decodes one row's values of plan.snapSel into an
 // upsert (without resource and position), copying what it keeps into mem;
-// row is scratch space for the JSON.
-func (p *plan) decodeSnapshotRow(fds []pgconn.FieldDescription, sel [][]byte, mem *slab, row *[]byte) (feed.Change, error) {
+// row is scratch space for the JSON. The spans of the row's values are
+// appended to page's (see feed.SnapshotPage.Spans).
+func (p *plan) decodeSnapshotRow(fds []pgconn.FieldDescription, sel [][]byte, mem *slab, row *[]byte, page *feed.SnapshotPage) (feed.Change, error) {
 	c := feed.Change{Op: feed.OpUpsert, Key: mem.string(sel[p.keyAt])}
 	c.Scope = []string{}
 	if len(p.scopeAt) > 0 {
@@ -289,7 +268,10 @@ func (p *plan) decodeSnapshotRow(fds []pgconn.FieldDescription, sel [][]byte, me
 		c.Scope[i] = mem.string(sel[j])
 	}
 	var err error
-	if *row, err = appendSnapshotRow((*row)[:0], p.snap, fds[:len(p.snap)], sel[:len(p.snap)]); err != nil {
+	n := len(page.Spans)
+	page.Spans = slices.Grow(page.Spans, len(p.cols))[:n+len(p.cols)]
+	if *row, err = appendSnapshotRow((*row)[:0], p.snap, fds[:len(p.snap)], sel[:len(p.snap)], page.Spans[n:]); err != nil {
+		page.Spans = page.Spans[:n]
 		return feed.Change{}, err
 	}
 	c.Row = mem.bytes(*row)

@@ -121,15 +121,30 @@ func jsonbKeyCompare(a, b string) int {
 }
 
 // appendSnapshotRow appends the JSON object of one row whose values (the
-// raw values of cols, in order, in the formats fds say) are vals.
-func appendSnapshotRow(dst []byte, cols []snapCol, fds []pgconn.FieldDescription, vals [][]byte) ([]byte, error) {
+// raw values of cols, in order, in the formats fds say) are vals. With
+// spans (one per column of the schema, in its order), it also records
+// where each value is in the object (see protocol.ValueSpan).
+func appendSnapshotRow(dst []byte, cols []snapCol, fds []pgconn.FieldDescription, vals [][]byte, spans []protocol.ValueSpan) ([]byte, error) {
+	base := len(dst)
 	dst = append(dst, '{')
 	for j := range cols {
 		c := &cols[j]
 		dst = append(dst, c.prefix...)
+		start := len(dst)
 		var err error
 		if dst, err = appendValue(dst, c.enc, fds[j].Format, vals[j]); err != nil {
 			return nil, fmt.Errorf("pgfeed: snapshot column %s: %w", c.prefix, err)
+		}
+		if spans != nil {
+			row := dst[base:]
+			switch {
+			case vals[j] != nil && (c.enc == encString || c.enc == encUUID && fds[j].Format != pgtype.BinaryFormatCode):
+				spans[c.col] = protocol.StringSpan(row, start-base, vals[j])
+			default:
+				// A uuid read in binary renders as plain hex, but is no
+				// string's text here: no verbatim claim is needed.
+				spans[c.col] = protocol.ValueSpan{Start: uint32(start - base), End: uint32(len(row))}
+			}
 		}
 	}
 	return append(dst, '}'), nil

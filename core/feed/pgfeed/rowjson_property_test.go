@@ -240,18 +240,31 @@ func TestSnapshotRowsMatchChanges(t *testing.T) {
 	}
 	for _, limit := range []int{7, 1000} {
 		got := feedtest.Rows{}
-		for _, r := range snapshotAll(t, f, sc, limit) {
-			got[feedtest.RowID{Resource: r.Resource, Key: r.Key}] = r
+		q := feed.SnapshotQuery{Scope: sc, Limit: limit}
+		for {
+			pg, err := f.Snapshot(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSpans(t, schema, pg)
+			for _, r := range pg.Rows {
+				got[feedtest.RowID{Resource: r.Resource, Key: r.Key}] = r
+			}
+			if len(pg.Rows) < limit {
+				break
+			}
+			q.After, q.HasAfter = pg.Rows[len(pg.Rows)-1].Key, true
 		}
 		check(fmt.Sprintf("Snapshot by %d", limit), got)
 		got = feedtest.Rows{}
-		q := feed.SnapshotQuery{Scope: sc, Limit: limit}
+		q = feed.SnapshotQuery{Scope: sc, Limit: limit}
 		for pages := 0; ; pages++ {
 			if pages > rows {
 				t.Fatal("SnapshotPages does not end")
 			}
 			last := false
 			err := f.SnapshotPages(ctx, q, func(pg feed.SnapshotPage) error {
+				checkSpans(t, schema, pg)
 				for _, r := range pg.Rows {
 					got[feedtest.RowID{Resource: r.Resource, Key: r.Key}] = r
 				}
@@ -269,6 +282,35 @@ func TestSnapshotRowsMatchChanges(t *testing.T) {
 			}
 		}
 		check(fmt.Sprintf("SnapshotPages by %d", limit), got)
+	}
+}
+
+// checkSpans verifies a snapshot page's spans: one per column and row,
+// each locating exactly the value the row's JSON holds for its column's
+// key, and Verbatim only for a string whose content is its value.
+func checkSpans(t *testing.T, s *feed.Schema, pg feed.SnapshotPage) {
+	t.Helper()
+	n := len(s.Columns)
+	if len(pg.Spans) != n*len(pg.Rows) {
+		t.Fatalf("%d spans for %d rows of %d columns", len(pg.Spans), len(pg.Rows), n)
+	}
+	for i, r := range pg.Rows {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(r.Row, &obj); err != nil {
+			t.Fatal(err)
+		}
+		for j, col := range s.Columns {
+			sp := pg.Spans[i*n+j]
+			if got, want := string(r.Row[sp.Start:sp.End]), string(obj[col.Name]); got != want {
+				t.Fatalf("row %s, column %s: span %+v holds %q, the row's value is %q", r.Key, col.Name, sp, got, want)
+			}
+			if sp.Verbatim {
+				var str string
+				if err := json.Unmarshal(r.Row[sp.Start:sp.End], &str); err != nil || str != string(r.Row[sp.Start+1:sp.End-1]) {
+					t.Fatalf("row %s, column %s: verbatim span %+v holds %s, which decodes to %q (%v)", r.Key, col.Name, sp, r.Row[sp.Start:sp.End], str, err)
+				}
+			}
+		}
 	}
 }
 

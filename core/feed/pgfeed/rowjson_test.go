@@ -209,10 +209,11 @@ func BenchmarkAppendSnapshotRow(b *testing.B) {
 		}
 	}
 	var dst []byte
+	spans := make([]protocol.ValueSpan, len(vals))
 	b.ReportAllocs()
 	for b.Loop() {
 		var err error
-		if dst, err = appendSnapshotRow(dst[:0], p.snap, fds, sel); err != nil {
+		if dst, err = appendSnapshotRow(dst[:0], p.snap, fds, sel, spans); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 var _ feed.SnapshotStreamer = (*Feed)(nil)
@@ -96,7 +97,8 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	var mem slab
 	var row []byte
 	newPage := func() feed.SnapshotPage {
-		return feed.SnapshotPage{Pos: feed.Position(head), Rows: make([]feed.Change, 0, min(q.Limit, 1024))}
+		n := min(q.Limit, 1024)
+		return feed.SnapshotPage{Pos: feed.Position(head), Rows: make([]feed.Change, 0, n), Spans: make([]protocol.ValueSpan, 0, n*len(p.cols))}
 	}
 	page, total := newPage(), 0
 	for rows.Next() {
@@ -104,7 +106,7 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 		if len(fds) != len(p.snapSel) || len(vals) != len(fds) {
 			return sent, fmt.Errorf("pgfeed: snapshot: %d result columns, want %d", len(fds), len(p.snapSel))
 		}
-		c, err := p.decodeSnapshotRow(fds, vals, &mem, &row)
+		c, err := p.decodeSnapshotRow(fds, vals, &mem, &row, &page)
 		if err != nil {
 			return sent, err
 		}
