@@ -62,6 +62,9 @@ const (
 	// outboxVacuumEvery that count as calm.
 	outboxShrinkAbove = 1 << 20
 	outboxCalm        = 1000
+	// outboxShrinkMaxWait bounds the wait between two looks at an outbox
+	// that stays longer than outboxShrinkAbove.
+	outboxShrinkMaxWait = time.Minute
 )
 
 // StartSequencer makes this feed a candidate for the database's sequencer
@@ -208,7 +211,9 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	last := time.Now()   // when the last step moved changes
 	var unvacuumed int64 // changes moved out of the outbox since its last vacuum
 	lastVacuum := time.Now()
-	sizeDue := false // vacuumed since the outbox's size was last looked at
+	sizeDue := false // vacuumed since the outbox was last seen short enough
+	var shrinkAt time.Time
+	shrinkWait := time.Duration(0)
 	for {
 		if (unvacuumed > 0 || sizeDue) && time.Since(lastVacuum) >= outboxVacuumEvery {
 			moved := unvacuumed
@@ -224,10 +229,20 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 				}
 				sizeDue = true
 			}
-			if sizeDue && moved < outboxCalm {
-				sizeDue = false
-				if err := f.shrinkOutbox(qctx, conn); err != nil {
+			if sizeDue && moved < outboxCalm && !time.Now().Before(shrinkAt) {
+				// Looked at again, less and less often, until it is short:
+				// a vacuum may not get to cut it (a write holding the
+				// table each time it tries, or an open transaction's rows
+				// at its end).
+				long, err := f.shrinkOutbox(qctx, conn)
+				if err != nil {
 					return err
+				}
+				if sizeDue = long; long {
+					shrinkWait = min(max(2*shrinkWait, outboxVacuumEvery), outboxShrinkMaxWait)
+					shrinkAt = time.Now().Add(shrinkWait)
+				} else {
+					shrinkWait = 0
 				}
 			}
 			unvacuumed, lastVacuum = 0, time.Now()
@@ -296,8 +311,9 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
-// shrinkOutbox starts a vacuum that may cut the outbox's file, on a pool
-// connection, if the file is larger than outboxShrinkAbove: a burst of
+// shrinkOutbox reports whether the outbox's file is larger than
+// outboxShrinkAbove and, if so, starts a vacuum that may cut it, on a pool
+// connection, unless one still runs: a burst of
 // writes (a bulk UPDATE, say) leaves the outbox that long once sequenced,
 // and every step scans the whole file, empty pages too, so each step would
 // cost for ever what the burst's did. Cutting the file's empty end takes a
@@ -305,13 +321,16 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 // Postgres's vacuum only tries for it without waiting, and lets it go as
 // soon as a write waits. One such vacuum runs at a time; its end is not
 // waited for (conn is the sequencer's, which only reads the size).
-func (f *Feed) shrinkOutbox(ctx context.Context, conn *pgx.Conn) error {
+func (f *Feed) shrinkOutbox(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	var size int64
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_relation_size("+quoteLit(f.n.outbox)+")").Scan(&size); err != nil {
-		return err
+		return false, err
 	}
-	if size <= outboxShrinkAbove || !f.shrinking.CompareAndSwap(false, true) {
-		return nil
+	if size <= outboxShrinkAbove {
+		return false, nil
+	}
+	if !f.shrinking.CompareAndSwap(false, true) {
+		return true, nil
 	}
 	f.wg.Add(1)
 	go func() {
@@ -325,7 +344,7 @@ func (f *Feed) shrinkOutbox(ctx context.Context, conn *pgx.Conn) error {
 		}
 		f.outboxShrinks.Add(1)
 	}()
-	return nil
+	return true, nil
 }
 
 // stepRows runs one step that returns the changes it gave positions to (see

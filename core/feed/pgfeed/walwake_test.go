@@ -30,10 +30,16 @@ func TestSequencerWakesOnWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	waiting := make(chan int64, 64) // the steps made when the sequencer began a wait for the stream
+	// The sequencer's counters when it began a wait for the stream: from
+	// then on only a wake-up can make it look (both polls are an hour
+	// apart), though one may already be on its way (the WAL of its own
+	// last step, say), and a look it starts may find a write made since.
+	type wait struct{ steps, wakeups int64 }
+	waiting := make(chan wait, 64)
 	f.OnStreamWait(func() {
+		st := f.SequencerStatus()
 		select {
-		case waiting <- f.SequencerStatus().Steps:
+		case waiting <- wait{st.Steps, st.WALWakeups}:
 		default:
 		}
 	})
@@ -46,14 +52,14 @@ func TestSequencerWakesOnWAL(t *testing.T) {
 	f.StartSequencer()
 	for i := range 5 {
 		steps := f.SequencerStatus().Steps
-		for s := int64(-1); s < steps; {
+		w := wait{steps: -1}
+		for w.steps < steps {
 			select {
-			case s = <-waiting:
+			case w = <-waiting:
 			case <-ctx.Done():
 				t.Fatalf("write %d: the sequencer never waited for the WAL stream (status %+v)", i, f.SequencerStatus())
 			}
 		}
-		wakeups := f.SequencerStatus().WALWakeups
 		insertItem(t, pool, fmt.Sprint("w", i), "t1", 1)
 		got, err := f.Tail(ctx, at, 10)
 		if err != nil {
@@ -64,7 +70,7 @@ func TestSequencerWakesOnWAL(t *testing.T) {
 		}
 		at = got[0].Pos
 		st := f.SequencerStatus()
-		if !st.WALStream || st.WALWakeups <= wakeups {
+		if !st.WALStream || st.WALWakeups <= w.wakeups {
 			t.Fatalf("write %d: sequenced without a wake-up from the WAL stream: %+v", i, st)
 		}
 	}
