@@ -208,8 +208,9 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	cause := lookPoll
-	last := time.Now()   // when the last step moved changes
-	var unvacuumed int64 // changes moved out of the outbox since its last vacuum
+	var relook time.Duration // while relooking after a wake-up: the wait before this look
+	last := time.Now()       // when the last step moved changes
+	var unvacuumed int64     // changes moved out of the outbox since its last vacuum
 	lastVacuum := time.Now()
 	sizeDue := false // vacuumed since the outbox was last seen short enough
 	var shrinkAt time.Time
@@ -285,14 +286,24 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 		if !streaming {
 			continue
 		}
-		// Nothing committed yet. After a wake-up, look once more soon: the
-		// WAL of a commit reaches the stream a moment before the commit is
-		// visible to other sessions.
+		// Nothing committed yet. After a wake-up, look again soon, then
+		// less and less soon, until the poll would come first: the WAL of
+		// a commit reaches the stream a moment before the commit is
+		// visible to other sessions (longer on a busy machine), and
+		// nothing else rings for it.
 		d := f.opts.SequencerInterval
-		if cause == lookWoken {
-			d = sequencerRelook
-		} else if f.onStreamWait != nil {
-			f.onStreamWait()
+		switch {
+		case cause == lookWoken:
+			relook = sequencerRelook
+			d = relook
+		case cause == lookRelook && 2*relook < d:
+			relook *= 2
+			d = relook
+		default:
+			relook = 0
+			if f.onStreamWait != nil {
+				f.onStreamWait()
+			}
 		}
 		timer.Reset(d)
 		select {
@@ -301,7 +312,7 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 			f.walWakeups.Add(1)
 		case <-timer.C:
 			cause = lookPoll
-			if d == sequencerRelook {
+			if relook > 0 {
 				cause = lookRelook
 			}
 		case <-ctx.Done():
@@ -375,12 +386,13 @@ type steppedChanges struct {
 const (
 	lookPoll      = iota // its poll interval passed
 	lookWoken            // the WAL stream showed a write to the outbox
-	lookRelook           // a look after a wake-up found nothing; once more
+	lookRelook           // the looks after a wake-up found nothing; again, after twice the wait
 	lookAfterStep        // a step moved changes; more may be waiting
 )
 
 // sequencerRelook is how soon the sequencer looks again after a wake-up
-// whose look found nothing committed.
+// whose look found nothing committed; each further look that finds nothing
+// waits twice as long, while that stays under the poll interval.
 const sequencerRelook = 200 * time.Microsecond
 
 // startWALWaker starts the WAL stream of a term on conn (see walwake.go),
