@@ -223,6 +223,12 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 	case err == nil:
 	case errors.Is(err, feed.ErrKeyExpired):
 		return nil, 0, protocol.Errorf(protocol.CodeKeyExpired, "%v", err)
+	case errors.Is(err, feed.ErrTransient):
+		// The mutator's statements failed with its transaction (a lost
+		// connection, a serialization failure): nothing was applied, and
+		// the same mutation sent again may well be.
+		e.cfg.Logger.Warn("tide: mutation not applied: its transaction failed", "resource", r.schema.Name, "mutator", f.Name, "err", err)
+		return nil, 0, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
 	case errors.As(err, &mf) && errors.Is(err, ErrConflict):
 		return nil, 0, protocol.Errorf(protocol.CodeConflict, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
 	case errors.As(err, &mf) && errors.Is(err, ErrInvalidArgs):

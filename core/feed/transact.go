@@ -19,7 +19,10 @@ type Transactor interface {
 	// runs fn itself).
 	//
 	// If fn returns an error, nothing fn wrote is committed, nothing is
-	// recorded, and Transact returns that error as is. A commit failure is
+	// recorded, and Transact returns that error as is, unless the
+	// transaction itself failed under fn (its connection was lost, the
+	// database shut down, a serialization failure or a deadlock): then the
+	// error wraps ErrTransient as well as fn's. A commit failure is
 	// returned as an error that does not wrap fn's.
 	//
 	// It returns an error wrapping ErrKeyExpired, without running fn, when
@@ -51,6 +54,12 @@ type Tx interface {
 // ErrKeyExpired means a mutation is older than the feed keeps idempotency
 // keys: it is refused, never run, since it may have been applied already.
 var ErrKeyExpired = errors.New("feed: the mutation is older than the retained idempotency keys")
+
+// ErrTransient means a Transact call's function failed because its
+// transaction could not go on, not because of what the function did:
+// nothing was committed or recorded, and the same call made again may
+// succeed.
+var ErrTransient = errors.New("feed: the transaction failed under the function; it may be run again")
 
 // DefaultKeyRetention is how long feeds keep idempotency keys unless
 // configured otherwise: as long as the Postgres feed keeps changes by

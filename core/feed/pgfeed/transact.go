@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidesync/tide/core/feed"
 )
@@ -84,6 +86,9 @@ func (f *Feed) Transact(ctx context.Context, id feed.MutationID, fn func(ctx con
 		}
 		r, err := fn(ctx, &Tx{f: f, tx: tx})
 		if err != nil {
+			if transient(err) || tx.Conn().IsClosed() {
+				err = fmt.Errorf("%w: %w", feed.ErrTransient, err)
+			}
 			return fnError{err}
 		}
 		result = r
@@ -109,4 +114,21 @@ func (f *Feed) pruneKeys(ctx context.Context) error {
 	}
 	_, err := f.pool.Exec(ctx, "DELETE FROM "+f.n.keys+" WHERE made_at < clock_timestamp() - $1::interval", (r + keyPruneSlack).String())
 	return f.wrap("prune keys", err)
+}
+
+// transient reports whether err is a Postgres error that aborts the
+// transaction it happens in whatever the statement was: the connection
+// lost or refused (class 08), the server shutting down or not yet up
+// (57P01, 57P02, 57P03), a serialization failure (40001) or a deadlock
+// (40P01).
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "57P01", "57P02", "57P03", "40001", "40P01":
+		return true
+	}
+	return strings.HasPrefix(pgErr.Code, "08")
 }
