@@ -137,30 +137,32 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 // countChanges counts the changes of the scopes of ts in (from, hw], up to
 // max in all.
 func countChanges(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, max int) (int, error) {
-	changes := 0
-	for _, t := range ts {
-		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, After: from, Until: hw, MaxChanges: max - changes})
-		if err != nil {
-			return 0, err
-		}
-		if changes += n.Changes; changes >= max {
-			break
-		}
-	}
-	return changes, nil
+	return countUpTo(ts, max, func(t *target, left int) (int, error) {
+		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, After: from, Until: hw, MaxChanges: left})
+		return n.Changes, err
+	})
 }
 
 // countRows counts the rows of the scopes of ts, up to max in all.
 func countRows(ctx context.Context, counter feed.Counter, ts targets, max int) (int, error) {
-	rows := 0
-	for _, t := range ts {
-		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, MaxRows: max - rows})
+	return countUpTo(ts, max, func(t *target, left int) (int, error) {
+		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, MaxRows: left})
+		return n.Rows, err
+	})
+}
+
+// countUpTo adds up count over the targets of ts, each capped at what is
+// left of max, and stops once max is reached.
+func countUpTo(ts targets, max int, count func(t *target, left int) (int, error)) (int, error) {
+	total := 0
+	for i := range ts {
+		n, err := count(&ts[i], max-total)
 		if err != nil {
 			return 0, err
 		}
-		if rows += n.Rows; rows >= max {
+		if total += n; total >= max {
 			break
 		}
 	}
-	return rows, nil
+	return total, nil
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -37,18 +38,6 @@ func (f *fakeCounter) Count(ctx context.Context, q feed.CountQuery) (feed.Counts
 	return feed.Counts{Rows: min(n, q.MaxRows)}, err
 }
 
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestBacklogCountsBoundTheCounts: the changes are counted up to half the
 // backlog's positions while the rows are counted up to one more than twice
 // them; once the changes are known, a rows count still running is stopped
@@ -81,7 +70,7 @@ func TestBacklogCountsBoundTheCounts(t *testing.T) {
 		if err != nil || larger {
 			t.Fatalf("larger %v, err %v; want a replay", larger, err)
 		}
-		if !sameInts(fc.rowCaps, []int{2*hw + 1}) || !sameInts(fc.changeCaps, []int{hw / 2}) {
+		if !slices.Equal(fc.rowCaps, []int{2*hw + 1}) || !slices.Equal(fc.changeCaps, []int{hw / 2}) {
 			t.Fatalf("rows counts capped at %v, changes at %v; want [%d], [%d]", fc.rowCaps, fc.changeCaps, 2*hw+1, hw/2)
 		}
 	})
@@ -98,7 +87,7 @@ func TestBacklogCountsBoundTheCounts(t *testing.T) {
 			if err != nil || larger != tc.larger {
 				t.Fatalf("%d rows: larger %v, err %v; want %v", tc.rows, larger, err, tc.larger)
 			}
-			if !sameInts(fc.rowCaps, []int{2*hw + 1, 40_001}) || !sameInts(fc.changeCaps, []int{hw / 2}) {
+			if !slices.Equal(fc.rowCaps, []int{2*hw + 1, 40_001}) || !slices.Equal(fc.changeCaps, []int{hw / 2}) {
 				t.Fatalf("rows counts capped at %v, changes at %v; want [%d 40001], [%d]", fc.rowCaps, fc.changeCaps, 2*hw+1, hw/2)
 			}
 		}
@@ -135,7 +124,7 @@ func TestBacklogCountsBoundTheCounts(t *testing.T) {
 			if err != nil || larger != tc.larger || stopped {
 				t.Fatalf("%d rows: larger %v, err %v, rows count stopped %v; want %v, not stopped", tc.rows, larger, err, stopped, tc.larger)
 			}
-			if !sameInts(fc.rowCaps, []int{2*hw + 1}) || !sameInts(fc.changeCaps, tc.changeCaps) {
+			if !slices.Equal(fc.rowCaps, []int{2*hw + 1}) || !slices.Equal(fc.changeCaps, tc.changeCaps) {
 				t.Fatalf("%d rows: rows counts capped at %v, changes at %v; want [%d], %v", tc.rows, fc.rowCaps, fc.changeCaps, 2*hw+1, tc.changeCaps)
 			}
 		}

@@ -19,6 +19,19 @@ func plainBytesNaive(s []byte) (plain, ascii bool) {
 	return true, ascii
 }
 
+// checkPlain compares plainBytes and EscapeIndex with their byte loops.
+func checkPlain(t *testing.T, s []byte) {
+	t.Helper()
+	gp, ga := plainBytes(s)
+	wp, wa := plainBytesNaive(s)
+	if gp != wp || ga != wa {
+		t.Fatalf("plainBytes(%q) = %v, %v; the byte loop says %v, %v", s, gp, ga, wp, wa)
+	}
+	if g, w := EscapeIndex(s), escapeIndexNaive(s); g != w {
+		t.Fatalf("EscapeIndex(%q) = %d; the byte loop says %d", s, g, w)
+	}
+}
+
 // escapeIndexNaive is EscapeIndex one byte at a time.
 func escapeIndexNaive(s []byte) int {
 	for i, c := range s {
@@ -81,14 +94,7 @@ func TestPlainBytesRandom(t *testing.T) {
 				}
 			}
 		}
-		gp, ga := plainBytes(s)
-		wp, wa := plainBytesNaive(s)
-		if gp != wp || ga != wa {
-			t.Fatalf("plainBytes(%q) = %v, %v; the byte loop says %v, %v", s, gp, ga, wp, wa)
-		}
-		if g, w := EscapeIndex(s), escapeIndexNaive(s); g != w {
-			t.Fatalf("EscapeIndex(%q) = %d; the byte loop says %d", s, g, w)
-		}
+		checkPlain(t, s)
 	}
 }
 
@@ -97,14 +103,7 @@ func FuzzPlainBytes(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, s []byte) {
-		gp, ga := plainBytes(s)
-		wp, wa := plainBytesNaive(s)
-		if gp != wp || ga != wa {
-			t.Fatalf("plainBytes(%q) = %v, %v; the byte loop says %v, %v", s, gp, ga, wp, wa)
-		}
-		if g, w := EscapeIndex(s), escapeIndexNaive(s); g != w {
-			t.Fatalf("EscapeIndex(%q) = %d; the byte loop says %d", s, g, w)
-		}
+		checkPlain(t, s)
 	})
 }
 

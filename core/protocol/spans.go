@@ -18,14 +18,13 @@ type ValueSpan struct {
 }
 
 // StringSpan returns the span of a JSON string value that dst[start:]
-// holds, rendered from the text s: Verbatim when the rendering added no
-// escape (it is then exactly s between quotes) and s is valid UTF-8.
+// holds, rendered from the text s by an encoder that escapes every quote,
+// backslash and control character: Verbatim when the rendering is two
+// bytes longer than s (no escape was needed: it is s between quotes) and s
+// is valid UTF-8.
 func StringSpan(dst []byte, start int, s []byte) ValueSpan {
 	sp := ValueSpan{Start: uint32(start), End: uint32(len(dst))}
-	if len(dst)-start == len(s)+2 {
-		i, high := scanPlain(s)
-		sp.Verbatim = i == len(s) && (!high || utf8.Valid(s))
-	}
+	sp.Verbatim = len(dst)-start == len(s)+2 && utf8.Valid(s)
 	return sp
 }
 
