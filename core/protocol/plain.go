@@ -11,10 +11,11 @@ const (
 // EscapeIndex returns the index of the first byte of s that a JSON string
 // must escape (a '"', a '\\' or a control character below 0x20), or len(s)
 // if there is none: the run before it can be copied into a JSON string as
-// it is. It looks at eight bytes at a time.
-func EscapeIndex(s []byte) int {
-	i, _ := scanPlain(s)
-	return i
+// it is. ascii reports that the run is all ASCII, so valid UTF-8 with no
+// further check. It looks at eight bytes at a time.
+func EscapeIndex(s []byte) (i int, ascii bool) {
+	i, high := scanPlain(s)
+	return i, !high
 }
 
 // plainBytes reports whether s, the inside of a JSON string, holds no

@@ -27,8 +27,12 @@ func checkPlain(t *testing.T, s []byte) {
 	if gp != wp || ga != wa {
 		t.Fatalf("plainBytes(%q) = %v, %v; the byte loop says %v, %v", s, gp, ga, wp, wa)
 	}
-	if g, w := EscapeIndex(s), escapeIndexNaive(s); g != w {
+	g, ga := EscapeIndex(s)
+	if w := escapeIndexNaive(s); g != w {
 		t.Fatalf("EscapeIndex(%q) = %d; the byte loop says %d", s, g, w)
+	}
+	if _, wa := plainBytesNaive(s[:g]); ga != wa {
+		t.Fatalf("EscapeIndex(%q) says ASCII %v before %d; the byte loop says %v", s, ga, g, wa)
 	}
 }
 

@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"reflect"
-	"unicode/utf8"
 	"unsafe"
 )
 
@@ -15,17 +14,6 @@ import (
 type ValueSpan struct {
 	Start, End uint32
 	Verbatim   bool
-}
-
-// StringSpan returns the span of a JSON string value that dst[start:]
-// holds, rendered from the text s by an encoder that escapes every quote,
-// backslash and control character: Verbatim when the rendering is two
-// bytes longer than s (no escape was needed: it is s between quotes) and s
-// is valid UTF-8.
-func StringSpan(dst []byte, start int, s []byte) ValueSpan {
-	sp := ValueSpan{Start: uint32(start), End: uint32(len(dst))}
-	sp.Verbatim = len(dst)-start == len(s)+2 && utf8.Valid(s)
-	return sp
 }
 
 // DecodeSpans is DecodeShared for a row whose values spans locates, one

@@ -118,23 +118,6 @@ func TestDecodeSpansAgrees(t *testing.T) {
 	}
 }
 
-func TestStringSpan(t *testing.T) {
-	for _, tc := range []struct {
-		s        string
-		verbatim bool
-	}{
-		{"", true}, {"acme", true}, {"caf\xc3\xa9", true}, {"a\"b", false}, {"a\\b", false}, {"tab\t", false}, {"\xff", false},
-	} {
-		dst := []byte(`{"k":`)
-		start := len(dst)
-		dst = AppendString(dst, tc.s)
-		sp := StringSpan(dst, start, []byte(tc.s))
-		if sp.Verbatim != tc.verbatim || sp.Start != uint32(start) || sp.End != uint32(len(dst)) {
-			t.Errorf("StringSpan(%q) = %+v, want verbatim %v over [%d, %d)", tc.s, sp, tc.verbatim, start, len(dst))
-		}
-	}
-}
-
 // FuzzDecodeSpans: whatever the values and spans, DecodeSpans agrees with
 // DecodeShared for rows with the spans a feed would report.
 func FuzzDecodeSpans(f *testing.F) {

@@ -10,12 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // pos converts a position to a bound parameter. Positions come from a
@@ -223,7 +225,6 @@ func (f *Feed) readSnapshot(ctx context.Context, q querier, p *plan, sq feed.Sna
 	defer rows.Close()
 	page.Rows = make([]feed.Change, 0, min(sq.Limit, 1024))
 	var mem slab
-	var row []byte // one row's JSON, copied into mem once complete
 	for rows.Next() {
 		found = true
 		fds, vals := rows.FieldDescriptions(), rows.RawValues()
@@ -241,7 +242,7 @@ func (f *Feed) readSnapshot(ctx context.Context, q querier, p *plan, sq feed.Sna
 		if len(vals[2]) != 1 || (vals[2][0] != 1 && vals[2][0] != 't') {
 			continue // the empty row of the LEFT JOIN: no row found
 		}
-		c, err := p.decodeSnapshotRow(fds[snapFixed:], vals[snapFixed:], &mem, &row, &page)
+		c, err := p.decodeSnapshotRow(fds[snapFixed:], vals[snapFixed:], &mem, &page)
 		if err != nil {
 			return feed.SnapshotPage{}, 0, false, err
 		}
@@ -255,27 +256,50 @@ func (f *Feed) readSnapshot(ctx context.Context, q querier, p *plan, sq feed.Sna
 }
 
 // decodeSnapshotRow decodes one row's values of plan.snapSel into an
-// upsert (without resource and position), copying what it keeps into mem;
-// row is scratch space for the JSON. The spans of the row's values are
-// appended to page's (see feed.SnapshotPage.Spans).
-func (p *plan) decodeSnapshotRow(fds []pgconn.FieldDescription, sel [][]byte, mem *slab, row *[]byte, page *feed.SnapshotPage) (feed.Change, error) {
-	c := feed.Change{Op: feed.OpUpsert, Key: mem.string(sel[p.keyAt])}
+// upsert (without resource and position), keeping what it keeps in mem: the
+// row's JSON is rendered into mem in place, and the key and scope values
+// that the JSON holds verbatim are strings of it rather than copies. The
+// spans of the row's values are appended to page's (see
+// feed.SnapshotPage.Spans).
+func (p *plan) decodeSnapshotRow(fds []pgconn.FieldDescription, sel [][]byte, mem *slab, page *feed.SnapshotPage) (feed.Change, error) {
+	n := len(page.Spans)
+	page.Spans = slices.Grow(page.Spans, len(p.cols))[:n+len(p.cols)]
+	spans := page.Spans[n:]
+	row, err := appendSnapshotRow(mem.free(snapshotRowRoom), p.snap, fds[:len(p.snap)], sel[:len(p.snap)], spans)
+	if err != nil {
+		page.Spans = page.Spans[:n]
+		return feed.Change{}, err
+	}
+	c := feed.Change{Op: feed.OpUpsert, Row: mem.keep(row)}
+	c.Key = p.textOf(c.Row, spans, sel, p.keyAt, mem)
 	c.Scope = []string{}
 	if len(p.scopeAt) > 0 {
 		c.Scope = mem.strings(len(p.scopeAt))
 	}
 	for i, j := range p.scopeAt {
-		c.Scope[i] = mem.string(sel[j])
+		c.Scope[i] = p.textOf(c.Row, spans, sel, j, mem)
 	}
-	var err error
-	n := len(page.Spans)
-	page.Spans = slices.Grow(page.Spans, len(p.cols))[:n+len(p.cols)]
-	if *row, err = appendSnapshotRow((*row)[:0], p.snap, fds[:len(p.snap)], sel[:len(p.snap)], page.Spans[n:]); err != nil {
-		page.Spans = page.Spans[:n]
-		return feed.Change{}, err
-	}
-	c.Row = mem.bytes(*row)
 	return c, nil
+}
+
+// snapshotRowRoom is the free space a snapshot row is rendered into before
+// the slab starts a new chunk: a longer row is rendered anyway, then copied.
+const snapshotRowRoom = 1024
+
+// textOf returns the text of snapSel's value j of a row rendered as row
+// with spans: a string of row where the row holds that text verbatim (a
+// text column's JSON string without escapes), else a copy in mem.
+func (p *plan) textOf(row []byte, spans []protocol.ValueSpan, sel [][]byte, j int, mem *slab) string {
+	if j < len(p.snap) {
+		sp := spans[p.snap[j].col]
+		if sp.Verbatim && int(sp.End)-int(sp.Start) == len(sel[j])+2 && int(sp.End) <= len(row) {
+			if len(sel[j]) == 0 {
+				return ""
+			}
+			return unsafe.String(&row[sp.Start+1], len(sel[j]))
+		}
+	}
+	return mem.string(sel[j])
 }
 
 // rawInt8 decodes a bigint result value in either format.

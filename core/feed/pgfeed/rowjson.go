@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -131,20 +132,22 @@ func appendSnapshotRow(dst []byte, cols []snapCol, fds []pgconn.FieldDescription
 		c := &cols[j]
 		dst = append(dst, c.prefix...)
 		start := len(dst)
+		if v := vals[j]; v != nil && (c.enc == encString || c.enc == encUUID && fds[j].Format != pgtype.BinaryFormatCode) {
+			var verbatim bool
+			dst, verbatim = appendJSONBStringVerbatim(dst, v)
+			if spans != nil {
+				spans[c.col] = protocol.ValueSpan{Start: uint32(start - base), End: uint32(len(dst) - base), Verbatim: verbatim}
+			}
+			continue
+		}
 		var err error
 		if dst, err = appendValue(dst, c.enc, fds[j].Format, vals[j]); err != nil {
 			return nil, fmt.Errorf("pgfeed: snapshot column %s: %w", c.prefix, err)
 		}
 		if spans != nil {
-			row := dst[base:]
-			switch {
-			case vals[j] != nil && (c.enc == encString || c.enc == encUUID && fds[j].Format != pgtype.BinaryFormatCode):
-				spans[c.col] = protocol.StringSpan(row, start-base, vals[j])
-			default:
-				// A uuid read in binary renders as plain hex, but is no
-				// string's text here: no verbatim claim is needed.
-				spans[c.col] = protocol.ValueSpan{Start: uint32(start - base), End: uint32(len(row))}
-			}
+			// A uuid read in binary renders as plain hex, but is no
+			// string's text here: no verbatim claim is needed.
+			spans[c.col] = protocol.ValueSpan{Start: uint32(start - base), End: uint32(len(dst) - base)}
 		}
 	}
 	return append(dst, '}'), nil
@@ -234,9 +237,29 @@ func appendValue(dst []byte, enc colEnc, format int16, v []byte) ([]byte, error)
 // with short escapes as those, the others as \u00xx in lower-case hex;
 // everything else (non-ASCII included) as is.
 func appendJSONBString(dst, s []byte) []byte {
+	i, _ := protocol.EscapeIndex(s)
+	return appendJSONBStringFrom(dst, s, i)
+}
+
+// appendJSONBStringVerbatim is appendJSONBString, also reporting whether it
+// wrote s verbatim: between quotes without an escape, and valid UTF-8 (a
+// protocol.ValueSpan's Verbatim). One scan finds both for ASCII text.
+func appendJSONBStringVerbatim(dst, s []byte) ([]byte, bool) {
+	i, ascii := protocol.EscapeIndex(s)
+	if i < len(s) {
+		return appendJSONBStringFrom(dst, s, i), false
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"'), ascii || utf8.Valid(s)
+}
+
+// appendJSONBStringFrom is appendJSONBString of s whose first byte to
+// escape is at first (len(s) if none).
+func appendJSONBStringFrom(dst, s []byte, first int) []byte {
 	dst = append(dst, '"')
 	start := 0
-	for i := protocol.EscapeIndex(s); i < len(s); i++ {
+	for i := first; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue

@@ -90,8 +90,38 @@ func escapeJSONRef(s string) string {
 	return b.String()
 }
 
+// checkVerbatim checks appendJSONBStringVerbatim against appendJSONBString
+// and the definition of a verbatim span: s between quotes, valid UTF-8.
+func checkVerbatim(t *testing.T, s string) {
+	t.Helper()
+	got, verbatim := appendJSONBStringVerbatim([]byte("x"), []byte(s))
+	if want := appendJSONBString([]byte("x"), []byte(s)); !bytes.Equal(got, want) {
+		t.Fatalf("appendJSONBStringVerbatim(%q) = %s; appendJSONBString wrote %s", s, got, want)
+	}
+	if want := string(got[1:]) == `"`+s+`"` && utf8.ValidString(s); verbatim != want {
+		t.Fatalf("appendJSONBStringVerbatim(%q) = %s, verbatim %v; want %v", s, got[1:], verbatim, want)
+	}
+}
+
+func TestAppendJSONBStringVerbatim(t *testing.T) {
+	for _, tc := range []struct {
+		s        string
+		verbatim bool
+	}{
+		{"", true}, {"acme", true}, {"caf\xc3\xa9", true}, {"a\"b", false}, {"a\\b", false}, {"tab\t", false}, {"\xff", false},
+		{"lorem ipsum dolor sit amet lorem ipsum", true}, {"lorem ipsum dolor sit amet lorem ipsum\n", false}, {"12345678\xe2\x82", false},
+	} {
+		_, verbatim := appendJSONBStringVerbatim(nil, []byte(tc.s))
+		if verbatim != tc.verbatim {
+			t.Errorf("appendJSONBStringVerbatim(%q): verbatim %v, want %v", tc.s, verbatim, tc.verbatim)
+		}
+		checkVerbatim(t, tc.s)
+	}
+}
+
 // FuzzAppendJSONBString: the string escaping of snapshot rows is
-// Postgres's, and decodes back to the text.
+// Postgres's, decodes back to the text, and is called verbatim exactly
+// when it is the text between quotes.
 func FuzzAppendJSONBString(f *testing.F) {
 	for _, s := range []string{"", "plain", `q"b\s`, "\x01\x1f\x7f\b\f\n\r\t", "é€😀", "a\u2028b", "</script>"} {
 		f.Add(s)
@@ -101,6 +131,7 @@ func FuzzAppendJSONBString(f *testing.F) {
 		if string(got[1:]) != escapeJSONRef(s) {
 			t.Fatalf("appendJSONBString(%q) = %s, want %s", s, got[1:], escapeJSONRef(s))
 		}
+		checkVerbatim(t, s)
 		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 			return // Postgres text holds neither
 		}
@@ -215,6 +246,38 @@ func BenchmarkAppendSnapshotRow(b *testing.B) {
 		var err error
 		if dst, err = appendSnapshotRow(dst[:0], p.snap, fds, sel, spans); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeSnapshotRow decodes a typical row of a snapshot page as the
+// reader does: its JSON rendered into the page's slab, its key and scope,
+// its spans; a fresh page every 1,000 rows.
+func BenchmarkDecodeSnapshotRow(b *testing.B) {
+	p := newPlan(testSchema(), []uint32{oidText, oidText, oidText, oidText, oidInt8})
+	vals := [][]byte{[]byte("12345"), []byte("s0"), []byte("acme"), []byte("lorem ipsum dolor sit amet lorem ipsum dolor sit amet lorem ipsu"), {0, 0, 0, 0, 0, 0, 0x30, 0x39}}
+	sel := make([][]byte, len(p.snapSel))
+	fds := make([]pgconnFD, len(p.snapSel))
+	for j, c := range p.snap {
+		sel[j] = vals[c.col]
+		fds[j].Format = pgtype.TextFormatCode
+		if c.enc == encInt {
+			fds[j].Format = pgtype.BinaryFormatCode
+		}
+	}
+	if len(p.snapSel) != len(p.snap) {
+		b.Fatalf("the key and scope are text columns, yet the plan selects %d more values", len(p.snapSel)-len(p.snap))
+	}
+	var mem slab
+	page := feed.SnapshotPage{Rows: make([]feed.Change, 0, 1000)}
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := p.decodeSnapshotRow(fds, sel, &mem, &page)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if page.Rows = append(page.Rows, c); len(page.Rows) == 1000 {
+			page, mem = feed.SnapshotPage{Rows: make([]feed.Change, 0, 1000)}, slab{}
 		}
 	}
 }

@@ -47,6 +47,32 @@ func (s *slab) compactJSON(b []byte) []byte {
 	return s.chunk[start:len(s.chunk):len(s.chunk)]
 }
 
+// free returns the chunk's free space as an empty slice to append to, with
+// room for at least n bytes (in a new chunk when the current one has less):
+// what is appended to it is kept by keep, rendered in place instead of
+// rendered elsewhere and copied.
+func (s *slab) free(n int) []byte {
+	if cap(s.chunk)-len(s.chunk) < max(n, 1) {
+		s.chunk = make([]byte, 0, max(slabChunk, n))
+	}
+	return s.chunk[len(s.chunk):len(s.chunk)]
+}
+
+// keep returns b, which was appended to the slice free returned last, in
+// the slab, capped like bytes: in place when it fit, copied as bytes would
+// when it outgrew the free space (the append moved it).
+func (s *slab) keep(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	start := len(s.chunk)
+	if start < cap(s.chunk) && unsafe.SliceData(b) == unsafe.SliceData(s.chunk[start:cap(s.chunk)]) {
+		s.chunk = s.chunk[:start+len(b)]
+		return s.chunk[start:len(s.chunk):len(s.chunk)]
+	}
+	return s.bytes(b)
+}
+
 // string returns b as a string backed by the slab.
 func (s *slab) string(b []byte) string {
 	if len(b) == 0 {

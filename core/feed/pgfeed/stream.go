@@ -95,7 +95,6 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	}
 	defer rows.Close()
 	var mem slab
-	var row []byte
 	newPage := func() feed.SnapshotPage {
 		n := min(q.Limit, 1024)
 		return feed.SnapshotPage{Pos: feed.Position(head), Rows: make([]feed.Change, 0, n), Spans: make([]protocol.ValueSpan, 0, n*len(p.cols))}
@@ -106,7 +105,7 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 		if len(fds) != len(p.snapSel) || len(vals) != len(fds) {
 			return sent, fmt.Errorf("pgfeed: snapshot: %d result columns, want %d", len(fds), len(p.snapSel))
 		}
-		c, err := p.decodeSnapshotRow(fds, vals, &mem, &row, &page)
+		c, err := p.decodeSnapshotRow(fds, vals, &mem, &page)
 		if err != nil {
 			return sent, err
 		}
