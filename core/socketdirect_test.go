@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"testing"
 
 	"github.com/gorilla/websocket"
@@ -134,4 +135,89 @@ func BenchmarkFramePage(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDeliveryWrite: what one write of a 200-byte frame costs the
+// sender in the kernel, which is most of a live delivery's cost (a CPU
+// profile of the fan-out at 1,000 subscribers spends three quarters of the
+// server's time in write system calls): to a loopback TCP socket whose peer
+// drains it, one frame or four per write, against a pipe and /dev/null (the
+// system call alone). ns/op is per frame.
+func BenchmarkDeliveryWrite(b *testing.B) {
+	frame := bytes.Repeat([]byte("x"), 200)
+	drain := func(b *testing.B, r io.Reader) chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			buf := make([]byte, 64<<10)
+			for {
+				if _, err := r.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+		return done
+	}
+	run := func(b *testing.B, w io.Writer, perWrite int) {
+		msg := bytes.Repeat(frame, perWrite)
+		b.SetBytes(int64(len(frame)))
+		b.ResetTimer()
+		for i := 0; i < b.N; i += perWrite {
+			if _, err := w.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, perWrite := range []int{1, 4} {
+		b.Run("tcp-loopback/frames-per-write="+string(rune('0'+perWrite)), func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					close(accepted)
+					return
+				}
+				accepted <- c
+			}()
+			w, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, ok := <-accepted
+			if !ok {
+				b.Fatal("accept failed")
+			}
+			done := drain(b, r)
+			run(b, w, perWrite)
+			b.StopTimer()
+			w.Close()
+			<-done
+			r.Close()
+		})
+	}
+	b.Run("pipe", func(b *testing.B) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := drain(b, r)
+		run(b, w, 1)
+		b.StopTimer()
+		w.Close()
+		<-done
+		r.Close()
+	})
+	b.Run("devnull", func(b *testing.B) {
+		w, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		run(b, w, 1)
+	})
 }
