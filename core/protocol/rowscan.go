@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"encoding/base64"
+	"math"
 	"reflect"
 	"strconv"
 	"time"
@@ -186,14 +187,14 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value, share bool) bool 
 		bits := fv.Type().Bits()
 		switch f.col.Kind {
 		case KindInt:
-			n, err := strconv.ParseInt(tok, 10, bits)
-			if err != nil {
+			n, ok := parseInt(tok, bits)
+			if !ok {
 				return false
 			}
 			fv.SetInt(n)
 		case KindUint:
-			n, err := strconv.ParseUint(tok, 10, bits)
-			if err != nil {
+			n, ok := parseUint(tok, bits)
+			if !ok {
 				return false
 			}
 			fv.SetUint(n)
@@ -236,4 +237,64 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value, share bool) bool 
 		return true
 	}
 	return false
+}
+
+// parseInt is strconv.ParseInt(tok, 10, bits), reporting only whether it
+// succeeded. A token of at most 19 decimal digits (every integer a row's
+// JSON holds, in practice, nanosecond timestamps included) is parsed in
+// one loop without strconv's checks; any other is left to strconv.
+func parseInt(tok string, bits int) (int64, bool) {
+	d, neg := tok, len(tok) > 0 && tok[0] == '-'
+	if neg {
+		d = tok[1:]
+	}
+	u, ok := digits19(d)
+	if !ok {
+		n, err := strconv.ParseInt(tok, 10, bits)
+		return n, err == nil
+	}
+	var n int64
+	switch {
+	case !neg && u <= math.MaxInt64:
+		n = int64(u)
+	case neg && u <= 1<<63:
+		n = int64(-u) // two's complement: -(1<<63) is math.MinInt64
+	default:
+		return 0, false
+	}
+	if bits < 64 && (n < -1<<(bits-1) || n >= 1<<(bits-1)) {
+		return 0, false
+	}
+	return n, true
+}
+
+// parseUint is strconv.ParseUint(tok, 10, bits), reporting only whether it
+// succeeded, with parseInt's fast path.
+func parseUint(tok string, bits int) (uint64, bool) {
+	n, ok := digits19(tok)
+	if !ok {
+		n, err := strconv.ParseUint(tok, 10, bits)
+		return n, err == nil
+	}
+	if bits < 64 && n >= 1<<bits {
+		return 0, false
+	}
+	return n, true
+}
+
+// digits19 returns the value of d when it is 1 to 19 decimal digits (which
+// no uint64 overflows).
+func digits19(d string) (uint64, bool) {
+	if len(d) == 0 || len(d) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(d); i++ {
+		c := d[i] - '0'
+		if c > 9 {
+			return 0, false
+		}
+		n = n*10 + uint64(c)
+	}
+	return n, true
 }
