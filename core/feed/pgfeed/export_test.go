@@ -18,6 +18,10 @@ func Broken(opts Options) Options {
 	return opts
 }
 
+// OrderedRead is what Replay runs before its statement, in the same
+// transaction.
+const OrderedRead = orderedRead
+
 // ReplaySQL returns the replay statement of q and its arguments.
 func (f *Feed) ReplaySQL(q feed.ReplayQuery) (string, []any) { return f.replaySQL(q) }
 

@@ -48,11 +48,24 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 		return nil, fmt.Errorf("pgfeed: Replay: resource name: %w", err)
 	}
 	sql, args := f.replaySQL(q)
-	rows, err := f.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, f.wrap("replay", err)
+	// The page is read in position order from an index, whatever the
+	// planner estimates (see orderedRead).
+	b := &pgx.Batch{}
+	b.Queue(orderedRead)
+	b.Queue(sql, args...)
+	br := f.pool.SendBatch(ctx, b)
+	var floor int64
+	var out []feed.Change
+	_, err := br.Exec()
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			floor, out, err = scanChanges(rows, s.Name)
+		}
 	}
-	floor, out, err := scanChanges(rows, s.Name)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, f.wrap("replay", err)
 	}
@@ -66,6 +79,21 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 	}
 	return out, nil
 }
+
+// orderedRead keeps the planner, for the rest of a pipelined batch (one
+// implicit transaction), from reading a page of the change log with a
+// bitmap scan and a sort, so that it reads it in position order from an
+// index and stops at the page's end. Postgres picks the bitmap scan when it
+// expects the scope to have fewer changes in the range than a page holds:
+// for a condition compared with each of several values in turn (replaySQL),
+// or with statistics taken before the log grew (an empty log analyzed, then
+// 100,000 changes sequenced). The bitmap scan then reads every change of
+// the scope up to the range's end and sorts them for each page: 78 ms for a
+// page of 1,000 out of 96,000 in one measurement, against 0.7 ms in order.
+// In order, a page never reads more than the changes it holds plus those of
+// other scopes between them; where the estimate was right, the bitmap scan
+// would have saved little.
+const orderedRead = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', true)`
 
 // txExpr is a change log row's commit group (feed.Change.Tx): the id of
 // the writer's transaction, which the sequencer copies from the outbox
@@ -82,14 +110,29 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 const txExpr = `coalesce(xid::text::bigint, xmin::text::bigint + 1)`
 
 // replaySQL builds the replay statement of q and its arguments.
+//
+// A condition of several values (tenant IN (t3, t7)) is read a value at a
+// time: for each value, the first Limit changes in position order from its
+// scope column's index, then the first Limit of those. As one condition
+// with = ANY, Postgres reads every change of the values in the range and
+// sorts them for each page (a bitmap scan: 20 ms for a page of 1,000 out of
+// 20,000, growing with the backlog), or scans the log in position order
+// past every change of other scopes.
 func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 	n := f.n
 	args := []any{pos(q.After), pos(q.Until), q.Limit}
-	where, args := changesWhere(q.Scope, args)
+	where, args, each := changesWhereEach(q.Scope, args, "v.val")
+	cols := `pos, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx`
+	page := `SELECT ` + cols + ` FROM ` + n.changes + `
+ WHERE ` + where + ` ORDER BY pos LIMIT $3`
+	if each != nil {
+		args = append(args, each)
+		page = `SELECT e.* FROM pg_catalog.unnest($` + strconv.Itoa(len(args)) + `::text[]) v(val)
+ CROSS JOIN LATERAL (` + page + `) e ORDER BY e.pos LIMIT $3`
+	}
 	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
 FROM ` + f.floorFrom(q.Scope.Schema.Name) + `
-LEFT JOIN LATERAL (SELECT pos, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
- WHERE ` + where + ` ORDER BY pos LIMIT $3) c ON true`
+LEFT JOIN LATERAL (` + page + `) c ON true`
 	return sql, args
 }
 
@@ -103,24 +146,37 @@ func (f *Feed) floorFrom(resource string) string {
 // changesWhere returns the condition selecting the change log rows of sc
 // with $1 < pos <= $2, adding its parameters to args.
 func changesWhere(sc feed.Scope, args []any) (string, []any) {
-	var where strings.Builder
-	where.WriteString("resource = " + quoteLit(sc.Schema.Name))
+	where, args, _ := changesWhereEach(sc, args, "")
+	return where, args
+}
+
+// changesWhereEach is changesWhere, except that with val set, the first
+// condition of several values compares its column with the SQL expression
+// val instead, and its values are returned (each) for the caller to bind
+// and take val from, one at a time.
+func changesWhereEach(sc feed.Scope, args []any, val string) (where string, _ []any, each []string) {
+	var b strings.Builder
+	b.WriteString("resource = " + quoteLit(sc.Schema.Name))
 	conds, none := storable(sc.Conds)
 	if none {
-		where.WriteString(" AND false")
+		b.WriteString(" AND false")
 	}
 	for _, c := range conds {
 		col := "scope[" + strconv.Itoa(c.Col+1) + "]"
-		if len(c.Values) == 1 {
+		switch {
+		case len(c.Values) == 1:
 			args = append(args, c.Values[0])
-			where.WriteString(" AND " + col + " = $" + strconv.Itoa(len(args)))
-		} else {
+			b.WriteString(" AND " + col + " = $" + strconv.Itoa(len(args)))
+		case val != "" && each == nil:
+			each = slices.Compact(slices.Sorted(slices.Values(c.Values)))
+			b.WriteString(" AND " + col + " = " + val)
+		default:
 			args = append(args, c.Values)
-			where.WriteString(" AND " + col + " = ANY($" + strconv.Itoa(len(args)) + ")")
+			b.WriteString(" AND " + col + " = ANY($" + strconv.Itoa(len(args)) + ")")
 		}
 	}
-	where.WriteString(" AND pos > $1 AND pos <= $2")
-	return where.String(), args
+	b.WriteString(" AND pos > $1 AND pos <= $2")
+	return b.String(), args, each
 }
 
 // Snapshot returns up to q.Limit of the scope's current rows with keys after
