@@ -399,6 +399,13 @@ func checkReplayPlans(t *testing.T, f *pgfeed.Feed, pool *pgxpool.Pool, h feed.P
 			t.Fatalf("replay of items?tenant=t3,t4: position %d after %d", two[i].Pos, two[i-1].Pos)
 		}
 	}
+	// A condition without values matches nothing, alone or next to one of
+	// several.
+	for _, sc := range []feed.Scope{items(feed.Cond{Col: 0}), items(feed.Cond{Col: 0}, feed.Cond{Col: 1, Values: []string{"3", "4"}})} {
+		if none := replayAll(t, f, sc, 0, h); len(none) != 0 {
+			t.Fatalf("replay of %s: %d changes, want 0", sc.Key(), len(none))
+		}
+	}
 }
 
 // explain returns the text plan of sql with args under plan_cache_mode,
