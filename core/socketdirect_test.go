@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/gorilla/websocket"
@@ -145,7 +146,7 @@ func BenchmarkFramePage(b *testing.B) {
 // system call alone). ns/op is per frame.
 func BenchmarkDeliveryWrite(b *testing.B) {
 	frame := bytes.Repeat([]byte("x"), 200)
-	drain := func(b *testing.B, r io.Reader) chan struct{} {
+	drain := func(r io.Reader) chan struct{} {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -169,7 +170,7 @@ func BenchmarkDeliveryWrite(b *testing.B) {
 		}
 	}
 	for _, perWrite := range []int{1, 4} {
-		b.Run("tcp-loopback/frames-per-write="+string(rune('0'+perWrite)), func(b *testing.B) {
+		b.Run("tcp-loopback/frames-per-write="+strconv.Itoa(perWrite), func(b *testing.B) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
@@ -192,7 +193,7 @@ func BenchmarkDeliveryWrite(b *testing.B) {
 			if !ok {
 				b.Fatal("accept failed")
 			}
-			done := drain(b, r)
+			done := drain(r)
 			run(b, w, perWrite)
 			b.StopTimer()
 			w.Close()
@@ -205,7 +206,7 @@ func BenchmarkDeliveryWrite(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		done := drain(b, r)
+		done := drain(r)
 		run(b, w, 1)
 		b.StopTimer()
 		w.Close()

@@ -225,10 +225,16 @@ func BenchmarkCompactJSON(b *testing.B) {
 	}
 }
 
-// BenchmarkAppendSnapshotRow renders a typical row from its raw values.
-func BenchmarkAppendSnapshotRow(b *testing.B) {
+// typicalSnapshotRow is the plan of a typical resource (four text columns,
+// one bigint) and one row's raw values as a snapshot reads them: in the
+// plan's key order, text in text format and the bigint in binary. The key
+// and scope are text columns, so the plan selects nothing more.
+func typicalSnapshotRow(b *testing.B) (*plan, []pgconnFD, [][]byte) {
 	p := newPlan(testSchema(), []uint32{oidText, oidText, oidText, oidText, oidInt8})
 	vals := [][]byte{[]byte("12345"), []byte("s0"), []byte("acme"), []byte("lorem ipsum dolor sit amet lorem ipsum dolor sit amet lorem ipsu"), {0, 0, 0, 0, 0, 0, 0x30, 0x39}}
+	if len(p.snapSel) != len(p.snap) {
+		b.Fatalf("the key and scope are text columns, yet the plan selects %d more values", len(p.snapSel)-len(p.snap))
+	}
 	// vals are in schema order; the snapshot reads them in key order.
 	sel := make([][]byte, len(p.snap))
 	fds := make([]pgconnFD, len(p.snap))
@@ -239,8 +245,14 @@ func BenchmarkAppendSnapshotRow(b *testing.B) {
 			fds[j].Format = pgtype.BinaryFormatCode
 		}
 	}
+	return p, fds, sel
+}
+
+// BenchmarkAppendSnapshotRow renders a typical row from its raw values.
+func BenchmarkAppendSnapshotRow(b *testing.B) {
+	p, fds, sel := typicalSnapshotRow(b)
 	var dst []byte
-	spans := make([]protocol.ValueSpan, len(vals))
+	spans := make([]protocol.ValueSpan, len(p.cols))
 	b.ReportAllocs()
 	for b.Loop() {
 		var err error
@@ -254,20 +266,7 @@ func BenchmarkAppendSnapshotRow(b *testing.B) {
 // reader does: its JSON rendered into the page's slab, its key and scope,
 // its spans; a fresh page every 1,000 rows.
 func BenchmarkDecodeSnapshotRow(b *testing.B) {
-	p := newPlan(testSchema(), []uint32{oidText, oidText, oidText, oidText, oidInt8})
-	vals := [][]byte{[]byte("12345"), []byte("s0"), []byte("acme"), []byte("lorem ipsum dolor sit amet lorem ipsum dolor sit amet lorem ipsu"), {0, 0, 0, 0, 0, 0, 0x30, 0x39}}
-	sel := make([][]byte, len(p.snapSel))
-	fds := make([]pgconnFD, len(p.snapSel))
-	for j, c := range p.snap {
-		sel[j] = vals[c.col]
-		fds[j].Format = pgtype.TextFormatCode
-		if c.enc == encInt {
-			fds[j].Format = pgtype.BinaryFormatCode
-		}
-	}
-	if len(p.snapSel) != len(p.snap) {
-		b.Fatalf("the key and scope are text columns, yet the plan selects %d more values", len(p.snapSel)-len(p.snap))
-	}
+	p, fds, sel := typicalSnapshotRow(b)
 	var mem slab
 	page := feed.SnapshotPage{Rows: make([]feed.Change, 0, 1000)}
 	b.ReportAllocs()
