@@ -68,8 +68,13 @@ func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 //   - at their cap, so at least that many: the rows count is waited for;
 //     if the rows are more than twice the cap but could still be at most
 //     twice the changes, the changes are counted again, up to half the rows.
+//
+// Before all that, backlogByEstimate may decide on the changes alone.
 func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, wg *sync.WaitGroup) (bool, error) {
 	maxChanges := int(min(hw-from, backlogCountCap))
+	if larger, decided, err := backlogByEstimate(ctx, counter, ts, from, hw, maxChanges); decided || err != nil {
+		return larger, err
+	}
 	changeCap := min(maxChanges, max(backlogProbe, (maxChanges+1)/2))
 	rowsCap := backlogRowsPerChange*maxChanges + 1
 	type count struct {
@@ -132,6 +137,50 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 		return false, err
 	}
 	return n >= want, nil
+}
+
+// backlogByEstimate decides without counting the rows where the feed
+// estimates the scopes' tables (feed.RowEstimator) at no more rows than
+// the most changes the backlog can hold weigh: with e the estimate, the
+// changes are counted up to w = max(backlogProbe, e/backlogRowsPerChange)
+// alone. At w the backlog is larger (its scopes hold at most e rows, which
+// w changes outweigh); under backlogProbe it is not; in between the count
+// is exact, and the rows are counted up to the one more than it weighs.
+// It leaves the decision to backlogCounts (decided false) where there is
+// no estimate or the estimate is larger than that.
+//
+// As long as the estimate is at least the scopes' rows, the decision is
+// exactly backlogCounts's; a low one (statistics behind a table that
+// grew denser) can only choose a snapshot where a replay would have cost
+// less.
+func backlogByEstimate(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, maxChanges int) (larger, decided bool, err error) {
+	est, ok := counter.(feed.RowEstimator)
+	if !ok {
+		return false, false, nil
+	}
+	rows := 0
+	for i := range ts {
+		n, ok, err := est.EstimateRows(ctx, ts[i].scope.Schema)
+		if err != nil || !ok {
+			return false, false, err
+		}
+		rows += n
+	}
+	if rows > backlogRowsPerChange*maxChanges {
+		return false, false, nil
+	}
+	want := max(backlogProbe, (rows+backlogRowsPerChange-1)/backlogRowsPerChange)
+	changes, err := countChanges(ctx, counter, ts, from, hw, want)
+	switch {
+	case err != nil:
+		return false, true, err
+	case changes >= want:
+		return true, true, nil
+	case changes < backlogProbe:
+		return false, true, nil
+	}
+	n, err := countRows(ctx, counter, ts, backlogRowsPerChange*changes+1)
+	return err == nil && n <= backlogRowsPerChange*changes, true, err
 }
 
 // countChanges counts the changes of the scopes of ts in (from, hw], up to

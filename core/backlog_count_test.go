@@ -2,9 +2,11 @@ package core
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tidesync/tide/core/feed"
 )
@@ -129,4 +131,104 @@ func TestBacklogCountsBoundTheCounts(t *testing.T) {
 			}
 		}
 	})
+}
+
+// estimatingCounter is a fakeCounter whose feed also estimates every
+// table at est rows (or cannot tell, with ok false).
+type estimatingCounter struct {
+	*fakeCounter
+	est       int
+	ok        bool
+	estimates int
+}
+
+func (f *estimatingCounter) EstimateRows(context.Context, *feed.Schema) (int, bool, error) {
+	f.estimates++
+	return f.est, f.ok, nil
+}
+
+// TestBacklogByEstimate: where the feed estimates the table at no more
+// rows than the backlog's changes can weigh, only the changes are counted,
+// up to half the estimate (at least backlogProbe), and the rows only when
+// the changes fall between backlogProbe and that, capped at one more than
+// twice them. Without an estimate, or with one larger than that, the
+// decision is backlogCounts's own (rows counted beside the changes).
+func TestBacklogByEstimate(t *testing.T) {
+	ts := targets{{scope: feed.Scope{Schema: &feed.Schema{Name: "items"}}}}
+	const from, hw = 0, 100_000
+	for _, tc := range []struct {
+		name          string
+		est           int
+		ok            bool
+		changes, rows int
+		larger        bool
+		changeCaps    []int
+		rowCaps       []int
+	}{
+		{"changes reach half the estimate", 100_000, true, 60_000, 100_000, true, []int{50_000}, nil},
+		{"a small table: the probe's worth of changes", 8_000, true, 12_000, 8_000, true, []int{backlogProbe}, nil},
+		{"an odd estimate: half of it rounds up", 100_001, true, 50_000, 100_001, false, []int{50_001}, []int{100_001}},
+		{"too few changes", 100_000, true, backlogProbe - 1, 100_000, false, []int{50_000}, nil},
+		{"fewer than the estimate weighs, rows few enough", 100_000, true, 30_000, 60_000, true, []int{50_000}, []int{60_001}},
+		{"fewer than the estimate weighs, rows too many", 100_000, true, 30_000, 60_001, false, []int{50_000}, []int{60_001}},
+		{"the estimate at the most the backlog weighs", 2 * hw, true, hw, 2 * hw, true, []int{hw}, nil},
+		{"an estimate larger than any backlog weighs", 2*hw + 1, true, 60_000, 100_000, true, []int{hw / 2}, []int{2*hw + 1}},
+		{"no estimate", 0, false, 60_000, 100_000, true, []int{hw / 2}, []int{2*hw + 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			fc := &estimatingCounter{fakeCounter: &fakeCounter{changes: tc.changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return tc.rows, nil }}, est: tc.est, ok: tc.ok}
+			larger, err := backlogCounts(context.Background(), fc, ts, from, hw, &wg)
+			wg.Wait()
+			if err != nil || larger != tc.larger {
+				t.Fatalf("larger %v, err %v; want %v", larger, err, tc.larger)
+			}
+			if !slices.Equal(fc.changeCaps, tc.changeCaps) || !slices.Equal(fc.rowCaps, tc.rowCaps) {
+				t.Fatalf("changes counted up to %v, rows up to %v; want %v, %v", fc.changeCaps, fc.rowCaps, tc.changeCaps, tc.rowCaps)
+			}
+			if fc.estimates != 1 {
+				t.Fatalf("%d estimates, want 1", fc.estimates)
+			}
+		})
+	}
+}
+
+// TestBacklogDecisionIsTheRule: at random backlogs, changes, rows and
+// estimates at least the rows (or none), the decision is a snapshot
+// exactly when there are at least backlogProbe changes and at most twice
+// as many rows, and no count reads past twice the backlog's positions.
+func TestBacklogDecisionIsTheRule(t *testing.T) {
+	ts := targets{{scope: feed.Scope{Schema: &feed.Schema{Name: "items"}}}}
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(7, seed))
+	for i := range 2000 {
+		span := backlogProbe + rng.IntN(200_000)
+		changes := rng.IntN(span + 1)
+		rows := rng.IntN(3*span + 1)
+		if rng.IntN(4) == 0 { // at the edge of the rule
+			rows = min(backlogRowsPerChange*changes+rng.IntN(3), 3*span)
+		}
+		est, ok := rows+rng.IntN(rows/4+10), rng.IntN(4) > 0
+		if rng.IntN(2) == 0 {
+			est = rows
+		}
+		var wg sync.WaitGroup
+		fc := &estimatingCounter{fakeCounter: &fakeCounter{changes: changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return rows, nil }}, est: est, ok: ok}
+		larger, err := backlogCounts(context.Background(), fc, ts, 0, feed.Position(span), &wg)
+		wg.Wait()
+		want := changes >= backlogProbe && rows <= backlogRowsPerChange*changes
+		if err != nil || larger != want {
+			t.Fatalf("seed %d, case %d: span %d, %d changes, %d rows, estimate %d (%v): larger %v, err %v; want %v", seed, i, span, changes, rows, est, ok, larger, err, want)
+		}
+		for _, c := range fc.changeCaps {
+			if c > span {
+				t.Fatalf("case %d: changes counted up to %d, past the span %d", i, c, span)
+			}
+		}
+		for _, c := range fc.rowCaps {
+			if c > backlogRowsPerChange*span+1 {
+				t.Fatalf("case %d: rows counted up to %d, past twice the span %d", i, c, span)
+			}
+		}
+	}
 }

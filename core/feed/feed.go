@@ -154,6 +154,21 @@ type Counter interface {
 	Count(ctx context.Context, q CountQuery) (Counts, error)
 }
 
+// RowEstimator is implemented by feeds that can tell, without reading a
+// table, about how many rows it holds (from the database's statistics).
+// Deciding how to send a backlog, the engine then need not count the
+// scope's rows when its whole table holds few enough of them: it counts
+// only the changes. The estimate should be at least the rows of any scope
+// of the table while the statistics are current; one that is too low can
+// only make the engine send a snapshot where replaying the changes would
+// have cost less (both deliver the same state), never lose or leak a
+// change.
+type RowEstimator interface {
+	// EstimateRows returns about how many rows the table of s holds, or
+	// ok false if the feed cannot tell (say, no statistics yet).
+	EstimateRows(ctx context.Context, s *Schema) (n int, ok bool, err error)
+}
+
 // SnapshotStreamer is implemented by feeds that read a snapshot's pages
 // in one pass, cheaper than a Snapshot call per page.
 type SnapshotStreamer interface {
