@@ -242,7 +242,14 @@ func (e *Engine) snapshotPages(ctx context.Context, r *resource, p authz.Princip
 		go func() {
 			defer close(encoded)
 			for rw := range raws {
-				if !stop.Load() && !emit(snapshotEntries(r, p, rw.sp, rw.after, named), nil) {
+				if stop.Load() {
+					continue
+				}
+				pg := snapshotEntries(r, p, rw.sp, rw.after, named)
+				if rw.sp.Release != nil {
+					rw.sp.Release() // the page's entries are encoded: its rows are done with
+				}
+				if !emit(pg, nil) {
 					stop.Store(true)
 				}
 			}

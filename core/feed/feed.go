@@ -120,6 +120,12 @@ type SnapshotPage struct {
 	// that renders rows itself may fill it; the engine's row filters then
 	// decode each value where it is instead of scanning the row.
 	Spans []protocol.ValueSpan
+	// Release, when not nil, hands the page's Rows and Spans arrays back to
+	// the feed that read them, to hold a later page of the same read
+	// (feed.SnapshotStreamer): call it at most once, when nothing reads
+	// those two slices any more. What their elements point to (each row's
+	// Row, Key and Scope) is not reused and stays valid.
+	Release func()
 }
 
 // CountQuery asks how many changes one scope has in (After, Until] and how

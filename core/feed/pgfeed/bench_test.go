@@ -61,6 +61,49 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 		}
 		b.ReportMetric(float64(backlog*b.N)/b.Elapsed().Seconds(), "rows/s")
 	})
+	b.Run("pgx-select-table-raw", func(b *testing.B) {
+		for b.Loop() {
+			rows, _ := pool.Query(ctx, "SELECT id, tenant, grp, title, n FROM e2e_items")
+			n := 0
+			for rows.Next() {
+				n += len(rows.RawValues())
+			}
+			if err := rows.Err(); err != nil || n != 5*backlog {
+				b.Fatalf("%d values, %v", n, err)
+			}
+		}
+		b.ReportMetric(float64(backlog*b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
+	b.Run("feed-snapshot-stream", func(b *testing.B) {
+		sc := feed.NewScope(srv.items.Schema(), nil)
+		for b.Loop() {
+			n := 0
+			q := feed.SnapshotQuery{Scope: sc, Limit: 1000}
+			for {
+				read := 0
+				err := srv.feed.SnapshotPages(ctx, q, func(pg feed.SnapshotPage) error {
+					read += len(pg.Rows)
+					if len(pg.Rows) > 0 {
+						q.After, q.HasAfter = pg.Rows[len(pg.Rows)-1].Key, true
+					}
+					if pg.Release != nil {
+						pg.Release() // as the engine does once a page is encoded
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n += read; read == 0 || read%q.Limit != 0 {
+					break
+				}
+			}
+			if n != backlog {
+				b.Fatalf("%d rows", n)
+			}
+		}
+		b.ReportMetric(float64(backlog*b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
 	b.Run("pgx-select-changes", func(b *testing.B) {
 		for b.Loop() {
 			rows, _ := pool.Query(ctx, "SELECT pos, key, data FROM "+srv.feed.ChangesTable()+" WHERE pos > $1 ORDER BY pos", int64(from))

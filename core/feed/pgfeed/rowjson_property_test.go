@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,8 +257,18 @@ func TestSnapshotRowsMatchChanges(t *testing.T) {
 			q.After, q.HasAfter = pg.Rows[len(pg.Rows)-1].Key, true
 		}
 		check(fmt.Sprintf("Snapshot by %d", limit), got)
+		// Every other page is released once read, the others kept as they
+		// came: a kept page must not change, and a released one's arrays
+		// hold later pages.
 		got = feedtest.Rows{}
 		q = feed.SnapshotQuery{Scope: sc, Limit: limit}
+		type keptPage struct {
+			pg   feed.SnapshotPage
+			rows []feed.Change // a copy of its rows when it came
+		}
+		var kept []keptPage
+		released := map[*feed.Change]bool{}
+		reused, n := 0, 0
 		for pages := 0; ; pages++ {
 			if pages > rows {
 				t.Fatal("SnapshotPages does not end")
@@ -272,6 +283,20 @@ func TestSnapshotRowsMatchChanges(t *testing.T) {
 					q.After, q.HasAfter = pg.Rows[len(pg.Rows)-1].Key, true
 				}
 				last = len(pg.Rows) < limit
+				if cap(pg.Rows) == 0 {
+					return nil
+				}
+				first := &pg.Rows[:1][0]
+				if released[first] {
+					reused++
+				}
+				if n++; pg.Release == nil || n%2 == 0 {
+					kept = append(kept, keptPage{pg, slices.Clone(pg.Rows)})
+					return nil
+				}
+				released[first] = true
+				pg.Release()
+				pg.Release() // a second call does nothing
 				return nil
 			})
 			if err != nil {
@@ -282,6 +307,17 @@ func TestSnapshotRowsMatchChanges(t *testing.T) {
 			}
 		}
 		check(fmt.Sprintf("SnapshotPages by %d", limit), got)
+		for _, k := range kept {
+			checkSpans(t, schema, k.pg)
+			for i := range k.rows {
+				if c := k.pg.Rows[i]; c.Key != k.rows[i].Key || !bytes.Equal(c.Row, k.rows[i].Row) {
+					t.Fatalf("SnapshotPages by %d: a page kept unreleased changed: row %d is %s, was %s", limit, i, c.Key, k.rows[i].Key)
+				}
+			}
+		}
+		if len(released) > 2 && reused == 0 {
+			t.Fatalf("SnapshotPages by %d: %d pages released, none of their arrays held a later page", limit, len(released))
+		}
 	}
 }
 

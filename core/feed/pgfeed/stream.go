@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -95,9 +96,33 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	}
 	defer rows.Close()
 	var mem slab
+	// A page's arrays come back (feed.SnapshotPage.Release) once the
+	// caller is done with them, and hold a later page: a stream allocates
+	// its pages' rows and spans a few times, not once a page.
+	free := make(chan streamArrays, streamReleased)
 	newPage := func() feed.SnapshotPage {
-		n := min(q.Limit, 1024)
-		return feed.SnapshotPage{Pos: feed.Position(head), Rows: make([]feed.Change, 0, n), Spans: make([]protocol.ValueSpan, 0, n*len(p.cols))}
+		var a streamArrays
+		select {
+		case a = <-free:
+		default:
+			n := min(q.Limit, 1024)
+			a = streamArrays{make([]feed.Change, 0, n), make([]protocol.ValueSpan, 0, n*len(p.cols))}
+		}
+		return feed.SnapshotPage{Pos: feed.Position(head), Rows: a.rows[:0], Spans: a.spans[:0]}
+	}
+	send := func(page feed.SnapshotPage) error {
+		var released atomic.Bool
+		page.Release = func() {
+			if released.Swap(true) {
+				return
+			}
+			select {
+			case free <- streamArrays{page.Rows, page.Spans}:
+			default:
+			}
+		}
+		sent = true
+		return fn(page)
 	}
 	page, total := newPage(), 0
 	for rows.Next() {
@@ -112,8 +137,7 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 		c.Resource, c.Pos = q.Scope.Schema.Name, page.Pos
 		page.Rows = append(page.Rows, c)
 		if total++; len(page.Rows) == q.Limit {
-			sent = true
-			if err := fn(page); err != nil {
+			if err := send(page); err != nil {
 				return sent, err
 			}
 			page, mem = newPage(), slab{}
@@ -125,6 +149,15 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	if total == q.Limit*streamPages {
 		return sent, nil // stopped after a full page: the caller goes on
 	}
-	sent = true
-	return sent, fn(page) // the last page, shorter than q.Limit
+	return sent, send(page) // the last page, shorter than q.Limit
+}
+
+// streamReleased bounds the released pages a stream keeps for later ones:
+// the pages the caller holds at once (read ahead, being encoded).
+const streamReleased = 4
+
+// streamArrays are the arrays of a released page.
+type streamArrays struct {
+	rows  []feed.Change
+	spans []protocol.ValueSpan
 }
