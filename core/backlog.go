@@ -147,7 +147,8 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 // w changes outweigh); under backlogProbe it is not; in between the count
 // is exact, and the rows are counted up to the one more than it weighs.
 // It leaves the decision to backlogCounts (decided false) where there is
-// no estimate or the estimate is larger than that.
+// no estimate (the feed cannot tell, or failed to) or the estimate is
+// larger than that.
 //
 // As long as the estimate is at least the scopes' rows, the decision is
 // exactly backlogCounts's; a low one (statistics behind a table that
@@ -161,8 +162,11 @@ func backlogByEstimate(ctx context.Context, counter feed.Counter, ts targets, fr
 	rows := 0
 	for i := range ts {
 		n, ok, err := est.EstimateRows(ctx, ts[i].scope.Schema)
+		if err != nil && ctx.Err() != nil {
+			return false, true, ctx.Err()
+		}
 		if err != nil || !ok {
-			return false, false, err
+			return false, false, nil // no estimate: the counts decide
 		}
 		rows += n
 	}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -139,20 +140,22 @@ type estimatingCounter struct {
 	*fakeCounter
 	est       int
 	ok        bool
+	err       error
 	estimates int
 }
 
 func (f *estimatingCounter) EstimateRows(context.Context, *feed.Schema) (int, bool, error) {
 	f.estimates++
-	return f.est, f.ok, nil
+	return f.est, f.ok, f.err
 }
 
 // TestBacklogByEstimate: where the feed estimates the table at no more
 // rows than the backlog's changes can weigh, only the changes are counted,
 // up to half the estimate (at least backlogProbe), and the rows only when
 // the changes fall between backlogProbe and that, capped at one more than
-// twice them. Without an estimate, or with one larger than that, the
-// decision is backlogCounts's own (rows counted beside the changes).
+// twice them. Without an estimate (none, or one that failed), or with one
+// larger than that, the decision is backlogCounts's own (rows counted
+// beside the changes).
 func TestBacklogByEstimate(t *testing.T) {
 	ts := targets{{scope: feed.Scope{Schema: &feed.Schema{Name: "items"}}}}
 	const from, hw = 0, 100_000
@@ -160,24 +163,26 @@ func TestBacklogByEstimate(t *testing.T) {
 		name          string
 		est           int
 		ok            bool
+		err           error
 		changes, rows int
 		larger        bool
 		changeCaps    []int
 		rowCaps       []int
 	}{
-		{"changes reach half the estimate", 100_000, true, 60_000, 100_000, true, []int{50_000}, nil},
-		{"a small table: the probe's worth of changes", 8_000, true, 12_000, 8_000, true, []int{backlogProbe}, nil},
-		{"an odd estimate: half of it rounds up", 100_001, true, 50_000, 100_001, false, []int{50_001}, []int{100_001}},
-		{"too few changes", 100_000, true, backlogProbe - 1, 100_000, false, []int{50_000}, nil},
-		{"fewer than the estimate weighs, rows few enough", 100_000, true, 30_000, 60_000, true, []int{50_000}, []int{60_001}},
-		{"fewer than the estimate weighs, rows too many", 100_000, true, 30_000, 60_001, false, []int{50_000}, []int{60_001}},
-		{"the estimate at the most the backlog weighs", 2 * hw, true, hw, 2 * hw, true, []int{hw}, nil},
-		{"an estimate larger than any backlog weighs", 2*hw + 1, true, 60_000, 100_000, true, []int{hw / 2}, []int{2*hw + 1}},
-		{"no estimate", 0, false, 60_000, 100_000, true, []int{hw / 2}, []int{2*hw + 1}},
+		{"changes reach half the estimate", 100_000, true, nil, 60_000, 100_000, true, []int{50_000}, nil},
+		{"a small table: the probe's worth of changes", 8_000, true, nil, 12_000, 8_000, true, []int{backlogProbe}, nil},
+		{"an odd estimate: half of it rounds up", 100_001, true, nil, 50_000, 100_001, false, []int{50_001}, []int{100_001}},
+		{"too few changes", 100_000, true, nil, backlogProbe - 1, 100_000, false, []int{50_000}, nil},
+		{"fewer than the estimate weighs, rows few enough", 100_000, true, nil, 30_000, 60_000, true, []int{50_000}, []int{60_001}},
+		{"fewer than the estimate weighs, rows too many", 100_000, true, nil, 30_000, 60_001, false, []int{50_000}, []int{60_001}},
+		{"the estimate at the most the backlog weighs", 2 * hw, true, nil, hw, 2 * hw, true, []int{hw}, nil},
+		{"an estimate larger than any backlog weighs", 2*hw + 1, true, nil, 60_000, 100_000, true, []int{hw / 2}, []int{2*hw + 1}},
+		{"no estimate", 0, false, nil, 60_000, 100_000, true, []int{hw / 2}, []int{2*hw + 1}},
+		{"an estimate that fails: the counts decide", 100_000, true, errors.New("catalog read failed"), 60_000, 100_000, true, []int{hw / 2}, []int{2*hw + 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var wg sync.WaitGroup
-			fc := &estimatingCounter{fakeCounter: &fakeCounter{changes: tc.changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return tc.rows, nil }}, est: tc.est, ok: tc.ok}
+			fc := &estimatingCounter{fakeCounter: &fakeCounter{changes: tc.changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return tc.rows, nil }}, est: tc.est, ok: tc.ok, err: tc.err}
 			larger, err := backlogCounts(context.Background(), fc, ts, from, hw, &wg)
 			wg.Wait()
 			if err != nil || larger != tc.larger {
