@@ -142,10 +142,11 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 // backlogByEstimate decides without counting the rows where the feed
 // estimates the scopes' tables (feed.RowEstimator) at no more rows than
 // the most changes the backlog can hold weigh: with e the estimate, the
-// changes are counted up to w = max(backlogProbe, e/backlogRowsPerChange)
-// alone. At w the backlog is larger (its scopes hold at most e rows, which
-// w changes outweigh); under backlogProbe it is not; in between the count
-// is exact, and the rows are counted up to the one more than it weighs.
+// changes alone are counted, up to w = max(backlogProbe,
+// ⌈e/backlogRowsPerChange⌉). At w the backlog is larger (its scopes hold
+// at most e rows, which w changes outweigh); under backlogProbe it is not;
+// in between the count is exact, and the rows are counted up to one more
+// than those changes weigh.
 // It leaves the decision to backlogCounts (decided false) where there is
 // no estimate (the feed cannot tell, or failed to) or the estimate is
 // larger than that.
