@@ -160,6 +160,9 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	defer func() {
 		f.sequencing.Store(false)
 		f.sequencerPID.Store(0)
+		// A term that ended forgets its last step: the server may have
+		// restarted and lost it (see the reservation in migrate.go).
+		f.stepped.Store(nil)
 	}()
 	f.log.Info("pgfeed: sequencing", "schema", f.opts.Schema, "pid", conn.PgConn().PID())
 
