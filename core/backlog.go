@@ -69,10 +69,25 @@ func (s *subscription) backlogLarger(from, hw feed.Position) (bool, error) {
 //     if the rows are more than twice the cap but could still be at most
 //     twice the changes, the changes are counted again, up to half the rows.
 //
-// Before all that, backlogByEstimate may decide on the changes alone.
+// Before all that, where the feed samples (feed.Sampler), a sample of the
+// backlog's positions may show beyond doubt that the changes reach a
+// count's cap (sampledChanges): that count is not made. And
+// backlogByEstimate may decide on the changes alone. So a large backlog
+// of a table the feed estimates costs a catalog read and a sample, not a
+// count.
 func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, wg *sync.WaitGroup) (bool, error) {
 	maxChanges := int(min(hw-from, backlogCountCap))
-	if larger, decided, err := backlogByEstimate(ctx, counter, ts, from, hw, maxChanges); decided || err != nil {
+	least, err := sampledChanges(ctx, counter, ts, from, hw)
+	if err != nil {
+		return false, err
+	}
+	countChanges := func(max int) (int, error) {
+		if least >= max {
+			return max, nil // the sample shows as many: nothing to read
+		}
+		return countChangesUpTo(ctx, counter, ts, from, hw, max)
+	}
+	if larger, decided, err := backlogByEstimate(ctx, counter, ts, maxChanges, countChanges); decided || err != nil {
 		return larger, err
 	}
 	changeCap := min(maxChanges, max(backlogProbe, (maxChanges+1)/2))
@@ -97,7 +112,7 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 		<-early
 	}
 
-	changes, err := countChanges(ctx, counter, ts, from, hw, changeCap)
+	changes, err := countChanges(changeCap)
 	if err != nil {
 		stop()
 		return false, err
@@ -132,7 +147,7 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 	}
 	// At least changeCap changes, and between 2·changeCap and 2m rows.
 	want := (r.n + backlogRowsPerChange - 1) / backlogRowsPerChange
-	n, err := countChanges(ctx, counter, ts, from, hw, want)
+	n, err := countChanges(want)
 	if err != nil {
 		return false, err
 	}
@@ -155,7 +170,7 @@ func backlogCounts(ctx context.Context, counter feed.Counter, ts targets, from, 
 // exactly backlogCounts's; a low one (statistics behind a table that
 // grew denser) can only choose a snapshot where a replay would have cost
 // less.
-func backlogByEstimate(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, maxChanges int) (larger, decided bool, err error) {
+func backlogByEstimate(ctx context.Context, counter feed.Counter, ts targets, maxChanges int, countChanges func(max int) (int, error)) (larger, decided bool, err error) {
 	est, ok := counter.(feed.RowEstimator)
 	if !ok {
 		return false, false, nil
@@ -175,7 +190,7 @@ func backlogByEstimate(ctx context.Context, counter feed.Counter, ts targets, fr
 		return false, false, nil
 	}
 	want := max(backlogProbe, (rows+backlogRowsPerChange-1)/backlogRowsPerChange)
-	changes, err := countChanges(ctx, counter, ts, from, hw, want)
+	changes, err := countChanges(want)
 	switch {
 	case err != nil:
 		return false, true, err
@@ -188,9 +203,9 @@ func backlogByEstimate(ctx context.Context, counter feed.Counter, ts targets, fr
 	return err == nil && n <= backlogRowsPerChange*changes, true, err
 }
 
-// countChanges counts the changes of the scopes of ts in (from, hw], up to
-// max in all.
-func countChanges(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, max int) (int, error) {
+// countChangesUpTo counts the changes of the scopes of ts in (from, hw],
+// up to max in all.
+func countChangesUpTo(ctx context.Context, counter feed.Counter, ts targets, from, hw feed.Position, max int) (int, error) {
 	return countUpTo(ts, max, func(t *target, left int) (int, error) {
 		n, err := counter.Count(ctx, feed.CountQuery{Scope: t.scope, After: from, Until: hw, MaxChanges: left})
 		return n.Changes, err

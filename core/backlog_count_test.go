@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -218,22 +219,119 @@ func TestBacklogDecisionIsTheRule(t *testing.T) {
 			est = rows
 		}
 		var wg sync.WaitGroup
-		fc := &estimatingCounter{fakeCounter: &fakeCounter{changes: changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return rows, nil }}, est: est, ok: ok}
+		ec := &estimatingCounter{fakeCounter: &fakeCounter{changes: changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return rows, nil }}, est: est, ok: ok}
+		var fc feed.Counter = ec
+		layout := "none"
+		if rng.IntN(2) == 0 { // the feed also samples the backlog
+			var has func(feed.Position) bool
+			layout, has, changes = changesLayout(rng, span, changes)
+			ec.changes = changes
+			fc = &samplingCounter{estimatingCounter: ec, has: has}
+		}
 		larger, err := backlogCounts(context.Background(), fc, ts, 0, feed.Position(span), &wg)
 		wg.Wait()
 		want := changes >= backlogProbe && rows <= backlogRowsPerChange*changes
 		if err != nil || larger != want {
-			t.Fatalf("seed %d, case %d: span %d, %d changes, %d rows, estimate %d (%v): larger %v, err %v; want %v", seed, i, span, changes, rows, est, ok, larger, err, want)
+			t.Fatalf("seed %d, case %d: span %d, %d changes (sampled: %s), %d rows, estimate %d (%v): larger %v, err %v; want %v", seed, i, span, changes, layout, rows, est, ok, larger, err, want)
 		}
-		for _, c := range fc.changeCaps {
+		for _, c := range ec.changeCaps {
 			if c > span {
 				t.Fatalf("case %d: changes counted up to %d, past the span %d", i, c, span)
 			}
 		}
-		for _, c := range fc.rowCaps {
+		for _, c := range ec.rowCaps {
 			if c > backlogRowsPerChange*span+1 {
 				t.Fatalf("case %d: rows counted up to %d, past twice the span %d", i, c, span)
 			}
 		}
+	}
+}
+
+// samplingCounter is an estimatingCounter whose feed also samples the
+// backlog (feed.Sampler): its changes are at the positions has reports.
+type samplingCounter struct {
+	*estimatingCounter
+	has     func(feed.Position) bool
+	samples int
+}
+
+func (f *samplingCounter) SampleChanges(ctx context.Context, q feed.SampleQuery) (int, error) {
+	if err := feed.CheckSample(q); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	f.samples++
+	f.mu.Unlock()
+	n := 0
+	for _, p := range slices.Compact(slices.Sorted(slices.Values(q.At))) {
+		if f.has(p) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// changesLayout places about changes of a backlog's changes over its
+// positions 1…span: at its start, at its end, evenly spread, or in runs
+// repeating with a period near the sample's part (the layout most likely
+// to mislead a sample). It returns the layout's name, its positions and
+// exactly how many changes it holds.
+func changesLayout(rng *rand.Rand, span, changes int) (string, func(feed.Position) bool, int) {
+	switch rng.IntN(4) {
+	case 0:
+		return "first", func(p feed.Position) bool { return p >= 1 && int(p) <= changes }, changes
+	case 1:
+		return "last", func(p feed.Position) bool { return int(p) > span-changes && int(p) <= span }, changes
+	case 2:
+		return "spread", func(p feed.Position) bool {
+			return p >= 1 && int(p) <= span && int(p)*changes/span > (int(p)-1)*changes/span
+		}, changes
+	}
+	period := max(2, span/backlogSamples+rng.IntN(3)-1)
+	width := min(period, changes*period/span+rng.IntN(2))
+	n := span/period*width + min(span%period, width)
+	return fmt.Sprintf("runs of %d every %d", width, period), func(p feed.Position) bool {
+		return p >= 1 && int(p) <= span && (int(p)-1)%period < width
+	}, n
+}
+
+// TestBacklogSampleSpares the count: where the feed samples the backlog
+// and the sample shows more changes than a count would have to reach, the
+// changes are not counted; where it does not, they are, exactly as
+// without a sample. One sample a decision, of backlogSamples positions.
+func TestBacklogSampleSparesTheCount(t *testing.T) {
+	ts := targets{{scope: feed.Scope{Schema: &feed.Schema{Name: "items"}}}}
+	const from, hw = 0, 100_000
+	for _, tc := range []struct {
+		name          string
+		est           int
+		ok            bool
+		changes, rows int
+		larger        bool
+		changeCaps    []int
+		rowCaps       []int
+	}{
+		{"every position a change, estimated", 100_000, true, hw, 100_000, true, nil, nil},
+		{"every position a change, no estimate", 0, false, hw, 100_000, true, nil, []int{2*hw + 1}},
+		{"every position a change, too many rows", 0, false, hw, 2*hw + 1, false, nil, []int{2*hw + 1}},
+		{"a third of them: counted", 100_000, true, hw / 3, 100_000, false, []int{50_000}, []int{2*(hw/3) + 1}},
+		{"a third of them, no estimate: counted", 0, false, hw / 3, 60_000, true, []int{hw / 2}, []int{2*hw + 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			ec := &estimatingCounter{fakeCounter: &fakeCounter{changes: tc.changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return tc.rows, nil }}, est: tc.est, ok: tc.ok}
+			fc := &samplingCounter{estimatingCounter: ec, has: func(p feed.Position) bool { return p >= 1 && int(p) <= tc.changes }}
+			larger, err := backlogCounts(context.Background(), fc, ts, from, hw, &wg)
+			wg.Wait()
+			if err != nil || larger != tc.larger {
+				t.Fatalf("larger %v, err %v; want %v", larger, err, tc.larger)
+			}
+			if !slices.Equal(ec.changeCaps, tc.changeCaps) || !slices.Equal(ec.rowCaps, tc.rowCaps) {
+				t.Fatalf("changes counted up to %v, rows up to %v; want %v, %v", ec.changeCaps, ec.rowCaps, tc.changeCaps, tc.rowCaps)
+			}
+			if fc.samples != 1 {
+				t.Fatalf("%d samples, want 1", fc.samples)
+			}
+		})
 	}
 }

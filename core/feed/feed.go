@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/tidesync/tide/core/protocol"
 )
@@ -158,6 +159,50 @@ type Counter interface {
 	// (q.After, q.Until]. It returns ErrCursorExpired if MaxChanges is
 	// positive and q.After is older than what is retained.
 	Count(ctx context.Context, q CountQuery) (Counts, error)
+}
+
+// SampleQuery asks how many of a few positions hold a change of Scope.
+type SampleQuery struct {
+	Scope Scope
+	// After is the exclusive lower bound of the backlog sampled: every
+	// position in At is above it.
+	After Position
+	// At are the positions looked at, at most MaxSample of them; a
+	// position listed twice counts once.
+	At []Position
+}
+
+// MaxSample bounds SampleQuery.At.
+const MaxSample = 4096
+
+// Sampler is implemented by feeds that can tell which of a few given
+// positions hold a change of a scope, for about the cost of looking each
+// one up. Deciding how to send a backlog, the engine then learns from a
+// sample of its positions that the scope's changes are surely more than a
+// count would have to reach, and skips the count.
+type Sampler interface {
+	// SampleChanges returns how many of the positions q.At hold a change
+	// Replay would return for q.Scope. It returns ErrCursorExpired if
+	// q.After is older than what is retained, and an error for a position
+	// not above q.After or more than MaxSample positions.
+	SampleChanges(ctx context.Context, q SampleQuery) (int, error)
+}
+
+// CheckSample checks a SampleQuery's positions against its bounds (see
+// Sampler), for feeds to call first.
+func CheckSample(q SampleQuery) error {
+	if q.Scope.Schema == nil {
+		return errors.New("feed: SampleChanges scope has no schema")
+	}
+	if len(q.At) > MaxSample {
+		return fmt.Errorf("feed: SampleChanges: %d positions, at most %d", len(q.At), MaxSample)
+	}
+	for _, p := range q.At {
+		if p <= q.After {
+			return fmt.Errorf("feed: SampleChanges: position %d is not after %d", p, q.After)
+		}
+	}
+	return nil
 }
 
 // RowEstimator is implemented by feeds that can tell, without reading a

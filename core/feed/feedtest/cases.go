@@ -660,3 +660,76 @@ func (s *suite) testCount(t *testing.T) {
 		t.Fatalf("Count(rows only) after Prune = %+v, %v; want %+v", got, err, want)
 	}
 }
+
+// testSample checks feed.Sampler, for feeds that implement it: the number
+// of the given positions holding a change Replay returns for the scope
+// (positions listed twice counted once, positions without a change of it
+// not at all), errors for positions not after After and for too many, and
+// an expired cursor refused.
+func (s *suite) testSample(t *testing.T) {
+	e := s.setup(t)
+	sampler, ok := e.f.(feed.Sampler)
+	if !ok {
+		t.Skip("the feed does not implement feed.Sampler")
+	}
+	rng := s.rng(11)
+	tenants := []string{"t1", "t2", "t3"}
+	for i := range 120 {
+		it := item{ID: fmt.Sprintf("s%02d", rng.IntN(30)), Tenant: tenants[rng.IntN(3)], Grp: int64(rng.IntN(3)), N: int64(i)}
+		switch rng.IntN(6) {
+		case 0:
+			e.apply("", delItem(it.ID))
+		case 1:
+			e.apply("", note{ID: int64(i % 5), Tenant: it.Tenant, Body: "x"}.upsert())
+		default:
+			e.apply("", it.upsert())
+		}
+	}
+	head := e.head()
+	all := e.all()
+	scopes := []feed.Scope{
+		itemScope(),
+		itemScope(tenantIs("t1")),
+		itemScope(tenantIs("t1", "t3"), grpIs(1)),
+		itemScope(tenantIs("nobody")),
+	}
+	for _, sc := range scopes {
+		for _, after := range []feed.Position{0, all[len(all)/3].Pos, all[len(all)-2].Pos} {
+			in := map[feed.Position]bool{}
+			for _, c := range filter(all, sc, after, head) {
+				in[c.Pos] = true
+			}
+			for range 5 {
+				// Positions of the log, some twice, and some past the head.
+				var at []feed.Position
+				want := map[feed.Position]bool{}
+				for range 1 + rng.IntN(40) {
+					p := after + 1 + feed.Position(rng.IntN(int(head-after)+3))
+					at = append(at, p)
+					if in[p] {
+						want[p] = true
+					}
+				}
+				got, err := sampler.SampleChanges(e.ctx, feed.SampleQuery{Scope: sc, After: after, At: at})
+				if err != nil || got != len(want) {
+					t.Fatalf("SampleChanges(%s, after %d, at %v) = %d, %v; want %d", sc.Key(), after, at, got, err, len(want))
+				}
+			}
+		}
+	}
+	for _, bad := range []feed.SampleQuery{
+		{Scope: itemScope(), After: 5, At: []feed.Position{6, 5}},
+		{Scope: itemScope(), At: make([]feed.Position, feed.MaxSample+1)},
+		{At: []feed.Position{1}},
+	} {
+		if _, err := sampler.SampleChanges(e.ctx, bad); err == nil || errors.Is(err, feed.ErrCursorExpired) {
+			t.Fatalf("SampleChanges(%d positions after %d, schema %v): error %v, want one for the query", len(bad.At), bad.After, bad.Scope.Schema != nil, err)
+		}
+	}
+
+	// Below the retained floor the changes cannot be sampled.
+	p := all[len(all)/2].Pos
+	s.h.Prune(t, e.f, p)
+	_, err := sampler.SampleChanges(e.ctx, feed.SampleQuery{Scope: itemScope(), After: p - 1, At: []feed.Position{p, head}})
+	expectExpired(t, fmt.Sprintf("SampleChanges(after %d) with %d pruned", p-1, p), err)
+}

@@ -39,6 +39,9 @@
 //     and consistency with the replay up to the page's position;
 //   - Count (feeds implementing feed.Counter): the capped counts of what
 //     Replay and Snapshot return, and feed.ErrCursorExpired below the floor;
+//   - SampleChanges (feeds implementing feed.Sampler): how many of the
+//     given positions hold a change Replay returns, errors for positions
+//     out of bounds, and feed.ErrCursorExpired below the floor;
 //   - a seeded random workload (set TIDE_SEED to reproduce a failure) whose
 //     replays, snapshots and snapshot-then-replay seam, with writes between
 //     pages, all converge to a model of the rows;

@@ -58,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Replay", s.testReplay)
 	t.Run("Snapshot", s.testSnapshot)
 	t.Run("Count", s.testCount)
+	t.Run("Sample", s.testSample)
 	t.Run("Random", s.testRandom)
 	t.Run("ConcurrentWriters", s.testConcurrent)
 	t.Run("Retention", s.testRetention)

@@ -301,6 +301,34 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 	return out, nil
 }
 
+var _ feed.Sampler = (*Feed)(nil)
+
+// SampleChanges returns how many of the positions q.At hold a change of
+// q.Scope, looking each up in the log under the lock. It returns
+// feed.ErrCursorExpired if q.After is below Floor.
+func (f *Feed) SampleChanges(ctx context.Context, q feed.SampleQuery) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := feed.CheckSample(q); err != nil {
+		return 0, err
+	}
+	at := slices.Compact(slices.Sorted(slices.Values(q.At)))
+	res := q.Scope.Schema.Name
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if q.After < f.floor {
+		return 0, feed.ErrCursorExpired
+	}
+	n := 0
+	for _, p := range at {
+		if i := f.index(p - 1); i < len(f.log) && f.log[i].Pos == p && f.log[i].Resource == res && q.Scope.Match(f.log[i].Scope) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Count returns how many changes of q.Scope lie in (q.After, q.Until] and
 // how many rows the scope holds now, each up to its cap. It reads under the
 // lock, walking the log from q.After and the resource's rows, and stops at

@@ -32,18 +32,11 @@ func (f *Feed) Count(ctx context.Context, q feed.CountQuery) (feed.Counts, error
 			return feed.Counts{}, fmt.Errorf("pgfeed: Count: resource name: %w", err)
 		}
 		where, args := changesWhere(q.Scope, []any{pos(q.After), pos(q.Until), q.MaxChanges})
-		sql := `SELECT f.floor, (SELECT count(*) FROM (SELECT 1 FROM ` + f.n.changes + ` WHERE ` + where + ` LIMIT $3) c) FROM ` + f.floorFrom(s.Name)
-		var floor, count int64
-		if err := f.pool.QueryRow(ctx, sql, args...).Scan(&floor, &count); err != nil {
-			return feed.Counts{}, f.wrap("count", err)
+		count, err := f.countChangesWhere(ctx, "Count", s.Name, q.After, `SELECT 1 FROM `+f.n.changes+` WHERE `+where+` LIMIT $3`, args)
+		if err != nil {
+			return feed.Counts{}, err
 		}
-		if floor < 0 {
-			return feed.Counts{}, fmt.Errorf("pgfeed: Count: resource %s has no capture installed in schema %s: run Migrate with its schema", s.Name, f.opts.Schema)
-		}
-		if q.After < feed.Position(floor) {
-			return feed.Counts{}, feed.ErrCursorExpired
-		}
-		n.Changes = int(count)
+		n.Changes = count
 	}
 	if q.MaxRows > 0 {
 		p, err := f.planFor(ctx, s)
@@ -65,6 +58,52 @@ func (f *Feed) Count(ctx context.Context, q feed.CountQuery) (feed.Counts, error
 		n.Rows = rows
 	}
 	return n, nil
+}
+
+var _ feed.Sampler = (*Feed)(nil)
+
+// SampleChanges returns how many of the positions q.At hold a change of
+// q.Scope: one statement that looks each position up in the change log,
+// with the retained floor, so it costs a lookup per position whatever the
+// backlog's size. It returns feed.ErrCursorExpired if q.After is below the
+// floor.
+func (f *Feed) SampleChanges(ctx context.Context, q feed.SampleQuery) (int, error) {
+	if err := feed.CheckSample(q); err != nil {
+		return 0, err
+	}
+	s := q.Scope.Schema
+	if err := validName(s.Name, 63); err != nil {
+		return 0, fmt.Errorf("pgfeed: SampleChanges: resource name: %w", err)
+	}
+	at := make([]int64, len(q.At))
+	until := q.After
+	for i, p := range q.At {
+		at[i], until = pos(p), max(until, p)
+	}
+	where, args := changesWhere(q.Scope, []any{pos(q.After), pos(until), at})
+	// One probe a position: given pos = ANY(…) beside the scope index's
+	// conditions, the planner reads the whole span through that index.
+	return f.countChangesWhere(ctx, "SampleChanges", s.Name, q.After, `SELECT 1 FROM (SELECT DISTINCT unnest($3::bigint[]) AS p) a
+CROSS JOIN LATERAL (SELECT 1 FROM `+f.n.changes+` WHERE `+where+` AND pos = a.p LIMIT 1) c`, args)
+}
+
+// countChangesWhere counts the rows of rows, a query of the change log
+// of a resource's changes after after, in the statement that reads the
+// resource's retained floor: feed.ErrCursorExpired if after is below it.
+// what names the caller in errors.
+func (f *Feed) countChangesWhere(ctx context.Context, what, resource string, after feed.Position, rows string, args []any) (int, error) {
+	var floor, count int64
+	err := f.pool.QueryRow(ctx, `SELECT f.floor, (SELECT count(*) FROM (`+rows+`) c) FROM `+f.floorFrom(resource), args...).Scan(&floor, &count)
+	if err != nil {
+		return 0, f.wrap(what, err)
+	}
+	if floor < 0 {
+		return 0, fmt.Errorf("pgfeed: %s: resource %s has no capture installed in schema %s: run Migrate with its schema", what, resource, f.opts.Schema)
+	}
+	if after < feed.Position(floor) {
+		return 0, feed.ErrCursorExpired
+	}
+	return int(count), nil
 }
 
 // countRows counts the table's rows of sc, up to max.
