@@ -150,6 +150,27 @@ func (f *estimatingCounter) EstimateRows(context.Context, *feed.Schema) (int, bo
 	return f.est, f.ok, f.err
 }
 
+// estimating returns an estimatingCounter that finds changes changes and
+// rows rows, and estimates est (ok, err).
+func estimating(changes, rows, est int, ok bool, err error) *estimatingCounter {
+	return &estimatingCounter{fakeCounter: &fakeCounter{changes: changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return rows, nil }}, est: est, ok: ok, err: err}
+}
+
+// decide runs backlogCounts on fc, whose counts ec records, and checks its
+// decision and the caps of the counts it made.
+func decide(t *testing.T, fc feed.Counter, ec *estimatingCounter, ts targets, from, hw feed.Position, larger bool, changeCaps, rowCaps []int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	got, err := backlogCounts(context.Background(), fc, ts, from, hw, &wg)
+	wg.Wait()
+	if err != nil || got != larger {
+		t.Fatalf("larger %v, err %v; want %v", got, err, larger)
+	}
+	if !slices.Equal(ec.changeCaps, changeCaps) || !slices.Equal(ec.rowCaps, rowCaps) {
+		t.Fatalf("changes counted up to %v, rows up to %v; want %v, %v", ec.changeCaps, ec.rowCaps, changeCaps, rowCaps)
+	}
+}
+
 // TestBacklogByEstimate: where the feed estimates the table at no more
 // rows than the backlog's changes can weigh, only the changes are counted,
 // up to half the estimate (at least backlogProbe), and the rows only when
@@ -182,16 +203,8 @@ func TestBacklogByEstimate(t *testing.T) {
 		{"an estimate that fails: the counts decide", 100_000, true, errors.New("catalog read failed"), 60_000, 100_000, true, []int{hw / 2}, []int{2*hw + 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var wg sync.WaitGroup
-			fc := &estimatingCounter{fakeCounter: &fakeCounter{changes: tc.changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return tc.rows, nil }}, est: tc.est, ok: tc.ok, err: tc.err}
-			larger, err := backlogCounts(context.Background(), fc, ts, from, hw, &wg)
-			wg.Wait()
-			if err != nil || larger != tc.larger {
-				t.Fatalf("larger %v, err %v; want %v", larger, err, tc.larger)
-			}
-			if !slices.Equal(fc.changeCaps, tc.changeCaps) || !slices.Equal(fc.rowCaps, tc.rowCaps) {
-				t.Fatalf("changes counted up to %v, rows up to %v; want %v, %v", fc.changeCaps, fc.rowCaps, tc.changeCaps, tc.rowCaps)
-			}
+			fc := estimating(tc.changes, tc.rows, tc.est, tc.ok, tc.err)
+			decide(t, fc, fc, ts, from, hw, tc.larger, tc.changeCaps, tc.rowCaps)
 			if fc.estimates != 1 {
 				t.Fatalf("%d estimates, want 1", fc.estimates)
 			}
@@ -219,7 +232,7 @@ func TestBacklogDecisionIsTheRule(t *testing.T) {
 			est = rows
 		}
 		var wg sync.WaitGroup
-		ec := &estimatingCounter{fakeCounter: &fakeCounter{changes: changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return rows, nil }}, est: est, ok: ok}
+		ec := estimating(changes, rows, est, ok, nil)
 		var fc feed.Counter = ec
 		layout := "none"
 		if rng.IntN(2) == 0 { // the feed also samples the backlog
@@ -318,17 +331,9 @@ func TestBacklogSampleSparesTheCount(t *testing.T) {
 		{"a third of them, no estimate: counted", 0, false, hw / 3, 60_000, true, []int{hw / 2}, []int{2*hw + 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var wg sync.WaitGroup
-			ec := &estimatingCounter{fakeCounter: &fakeCounter{changes: tc.changes, changesDone: make(chan struct{}), rows: func(context.Context, feed.CountQuery) (int, error) { return tc.rows, nil }}, est: tc.est, ok: tc.ok}
+			ec := estimating(tc.changes, tc.rows, tc.est, tc.ok, nil)
 			fc := &samplingCounter{estimatingCounter: ec, has: func(p feed.Position) bool { return p >= 1 && int(p) <= tc.changes }}
-			larger, err := backlogCounts(context.Background(), fc, ts, from, hw, &wg)
-			wg.Wait()
-			if err != nil || larger != tc.larger {
-				t.Fatalf("larger %v, err %v; want %v", larger, err, tc.larger)
-			}
-			if !slices.Equal(ec.changeCaps, tc.changeCaps) || !slices.Equal(ec.rowCaps, tc.rowCaps) {
-				t.Fatalf("changes counted up to %v, rows up to %v; want %v, %v", ec.changeCaps, ec.rowCaps, tc.changeCaps, tc.rowCaps)
-			}
+			decide(t, fc, ec, ts, from, hw, tc.larger, tc.changeCaps, tc.rowCaps)
 			if fc.samples != 1 {
 				t.Fatalf("%d samples, want 1", fc.samples)
 			}
