@@ -143,7 +143,7 @@ func (c *conn) hello(f protocol.ClientFrame) {
 	c.helloDone = true
 	_ = c.ws.SetReadDeadline(time.Now().Add(c.e.cfg.IdleTimeout))
 	cfg := &c.e.cfg
-	c.sendFrame(protocol.Welcome(cfg.BuildID, cfg.limits()))
+	c.sendFrame(protocol.Welcome(cfg.BuildID, c.currentPrincipal().ID, 0, cfg.limits()))
 	if cfg.BuildID != "" && f.Build != "" && f.Build != cfg.BuildID {
 		c.sendFrame(protocol.UpdateAvailable(cfg.BuildID))
 	}

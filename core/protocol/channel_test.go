@@ -62,7 +62,7 @@ func TestChannelServerFramesRoundTrip(t *testing.T) {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.frame, got, tc.want)
 		}
 	}
-	w, err := DecodeServerFrame(Welcome("b", Limits{MaxFrameBytes: 1, ChannelLimits: ChannelLimits{MaxTopics: 3, PublishRate: 2}}))
+	w, err := DecodeServerFrame(Welcome("b", "", 0, Limits{MaxFrameBytes: 1, ChannelLimits: ChannelLimits{MaxTopics: 3, PublishRate: 2}}))
 	if err != nil || w.Limits.MaxTopics != 3 || w.Limits.PublishRate != 2 || w.Limits.MaxPresence != 0 {
 		t.Fatalf("welcome: %+v, %v", w.Limits, err)
 	}

@@ -44,7 +44,8 @@ const (
 // client is an *Error; errors.As recovers it.
 type Error struct {
 	Code    Code
-	Message string // human-readable detail; not stable
+	Message string // short and fit to show a person (the app's own words where it gave some); not stable
+	Detail  string // for developers and logs: what went wrong, in full; may be empty; not stable
 }
 
 // Error formats the code and message.

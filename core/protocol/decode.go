@@ -95,6 +95,8 @@ func (f *ClientFrame) Validate() *Error {
 		if len(f.Token) > MaxTokenLen {
 			return Errorf(CodeBadFrame, "token is longer than %d bytes", MaxTokenLen)
 		}
+	case FramePong:
+		// Nothing to check: a pong only shows the connection is alive.
 	case FrameTopicSubscribe, FrameTopicUnsubscribe, FramePublish, FramePresenceUpdate:
 		return f.validateChannel()
 	case "":

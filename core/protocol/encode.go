@@ -80,10 +80,19 @@ func appendField(b []byte, name, value string) []byte {
 	return AppendString(b, value)
 }
 
-// Welcome encodes the server's reply to hello.
-func Welcome(build string, l Limits) []byte {
+// Welcome encodes the server's reply to hello: the server's build id, the
+// connection's principal id ("" when anonymous), the heartbeat interval in
+// milliseconds (0: none) and the limits.
+func Welcome(build, principal string, heartbeatMS int, l Limits) []byte {
 	b := appendFrameStart(nil, FrameWelcome)
 	b = appendField(b, "build", build)
+	if principal != "" {
+		b = appendField(b, "principal", principal)
+	}
+	if heartbeatMS > 0 {
+		b = append(b, `,"heartbeat_ms":`...)
+		b = strconv.AppendInt(b, int64(heartbeatMS), 10)
+	}
 	b = append(b, `,"limits":{"max_frame_bytes":`...)
 	b = strconv.AppendInt(b, int64(l.MaxFrameBytes), 10)
 	b = append(b, `,"max_subscriptions":`...)
@@ -122,10 +131,22 @@ func ErrorFrame(id string, e *Error) []byte {
 	if id != "" {
 		b = appendField(b, "id", id)
 	}
-	b = appendField(b, "code", string(e.Code))
-	b = appendField(b, "message", e.Message)
+	b = appendCodeMessage(b, e)
 	return append(b, '}')
 }
+
+// appendCodeMessage appends e's code, message and, when set, detail.
+func appendCodeMessage(b []byte, e *Error) []byte {
+	b = appendField(b, "code", string(e.Code))
+	b = appendField(b, "message", e.Message)
+	if e.Detail != "" {
+		b = appendField(b, "detail", e.Detail)
+	}
+	return b
+}
+
+// Ping encodes the server's heartbeat, which a client answers with pong.
+func Ping() []byte { return append(appendFrameStart(nil, FramePing), '}') }
 
 // UpdateAvailable encodes the notice that the server runs another build.
 func UpdateAvailable(build string) []byte {
@@ -219,7 +240,6 @@ func Ack(key, cursor string, entries []byte, replayed bool) []byte {
 func Reject(key string, e *Error) []byte {
 	b := appendFrameStart(nil, FrameReject)
 	b = appendField(b, "key", key)
-	b = appendField(b, "code", string(e.Code))
-	b = appendField(b, "message", e.Message)
+	b = appendCodeMessage(b, e)
 	return append(b, '}')
 }

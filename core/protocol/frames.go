@@ -14,6 +14,7 @@ const (
 	FrameUnsubscribe = "unsubscribe"
 	FrameRefresh     = "refresh"
 	FrameMutate      = "mutate"
+	FramePong        = "pong" // the answer to a server ping
 
 	// Server to client.
 	FrameWelcome         = "welcome"
@@ -25,6 +26,7 @@ const (
 	FrameRefreshToken    = "refresh-token"
 	FrameAck             = "ack"
 	FrameReject          = "reject"
+	FramePing            = "ping" // the server's heartbeat; clients answer pong
 )
 
 // Field limits of client frames, checked by DecodeClientFrame.
@@ -101,6 +103,14 @@ type ServerFrame struct {
 
 	Build  string  `json:"build,omitempty"`  // welcome, update-available
 	Limits *Limits `json:"limits,omitempty"` // welcome
+	// Principal is the connection's principal id (welcome); "" when the
+	// connection is anonymous. Clients bind their local data to it.
+	Principal string `json:"principal,omitempty"`
+	// HeartbeatMS is how often, in milliseconds, the server sends a ping
+	// frame on the connection (welcome); 0 from a server without heartbeat.
+	// A client that receives no frame for two heartbeats treats the
+	// connection as dead.
+	HeartbeatMS int `json:"heartbeat_ms,omitempty"`
 
 	ID      string  `json:"id,omitempty"`      // changes, caught-up, reset, error (if about a subscription); absent in polling responses
 	Cursor  string  `json:"cursor,omitempty"`  // changes, caught-up, ack
@@ -112,7 +122,8 @@ type ServerFrame struct {
 
 	Reason    ResetReason `json:"reason,omitempty"`     // reset
 	Code      Code        `json:"code,omitempty"`       // error, reject
-	Message   string      `json:"message,omitempty"`    // error, reject
+	Message   string      `json:"message,omitempty"`    // error, reject: short, fit to show a person
+	Detail    string      `json:"detail,omitempty"`     // error, reject: for developers and logs; not stable
 	ExpiresIn int         `json:"expires_in,omitempty"` // refresh-token: seconds until the token expires
 
 	ChannelServerFields // topic-subscribed, message, presence, presence-diff, and errors about a topic (channel.go)

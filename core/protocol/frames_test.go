@@ -176,7 +176,7 @@ func FuzzDecodeServerFrame(f *testing.F) {
 func TestEncodedFramesAreValidJSON(t *testing.T) {
 	weird := "q\"\\\n\t\x01\xff\u2028<>&é"
 	frames := [][]byte{
-		Welcome(weird, Limits{MaxFrameBytes: 1, MaxSubscriptions: 2}),
+		Welcome(weird, weird, 1, Limits{MaxFrameBytes: 1, MaxSubscriptions: 2}),
 		CaughtUp(weird, weird),
 		Reset(weird, ResetReason(weird)),
 		Reset("", ResetCursorExpired), // the polling form
