@@ -39,13 +39,13 @@ func (e *Engine) setStartErr(err error) {
 
 // startErr returns the tailer's last start error and a channel closed when
 // it changes.
-func (e *Engine) startErr() (error, <-chan struct{}) {
+func (e *Engine) startErr() (<-chan struct{}, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.startSt.changed == nil {
 		e.startSt.changed = make(chan struct{})
 	}
-	return e.startSt.err, e.startSt.changed
+	return e.startSt.changed, e.startSt.err
 }
 
 // notMigratedHint is logged when the feed is not installed.
@@ -66,7 +66,7 @@ func (e *Engine) Ready() error {
 		return nil
 	default:
 	}
-	err, _ := e.startErr()
+	_, err := e.startErr()
 	switch {
 	case errors.Is(err, feed.ErrNotInstalled):
 		return fmt.Errorf("tide: not ready: the change feed is not installed (run its migration: with Postgres, Migrate or tide.Open): %w", err)

@@ -173,7 +173,7 @@ func (e *Engine) pingLoop() {
 func (e *Engine) awaitReady(ctx context.Context) error {
 	e.start()
 	for {
-		err, changed := e.startErr()
+		changed, err := e.startErr()
 		if errors.Is(err, feed.ErrNotInstalled) {
 			select {
 			case <-e.ready:

@@ -91,7 +91,7 @@ func TestRegisterErrors(t *testing.T) {
 	}
 	type unexported struct {
 		ID string `tide:"id,pk"`
-		x  string `tide:"x"`
+		x  string `tide:"x"` //lint:ignore U1000 the case is a tagged field the registry must refuse for being unexported
 	}
 	type structField struct {
 		ID  string   `tide:"id,pk"`

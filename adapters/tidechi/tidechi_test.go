@@ -49,6 +49,7 @@ func buildApp(t *testing.T, app *adaptertest.App, mount bool) http.Handler {
 
 	r := chi.NewRouter()
 	r.Use(chimw.RequestLogger(&chimw.DefaultLogFormatter{Logger: testLogger{t}}), chimw.Recoverer, chimw.Compress(5), chimw.Timeout(time.Minute))
+	//lint:ignore SA1019 the chain is a typical app's, deprecated middleware included: tide must work behind it
 	r.Use(chimw.RealIP, ban(app), session(app))
 	if !mount {
 		r.Use(tidechi.Middleware(app.Engine, opts...))

@@ -53,6 +53,7 @@ func TestTimeoutMiddleware(t *testing.T) {
 	defer engine.Shutdown(context.Background())
 	for _, skip := range []bool{false, true} {
 		e := echo.New()
+		//lint:ignore SA1019 the timeout middleware that breaks WebSocket upgrades is the case under test
 		e.Use(echomw.TimeoutWithConfig(echomw.TimeoutConfig{
 			Timeout: time.Minute,
 			Skipper: func(c echo.Context) bool { return skip && strings.HasPrefix(c.Request().URL.Path, "/tide/") },

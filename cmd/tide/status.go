@@ -128,12 +128,12 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
 		return nil, fmt.Errorf("reading locks: %w", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var h lockHolder
-		if err := rows.Scan(&h.PID, &h.Application, &h.Client, &h.Since); err != nil {
-			return nil, err
-		}
-		return &h, nil
+	if !rows.Next() {
+		return nil, rows.Err()
 	}
-	return nil, rows.Err()
+	var h lockHolder
+	if err := rows.Scan(&h.PID, &h.Application, &h.Client, &h.Since); err != nil {
+		return nil, err
+	}
+	return &h, nil
 }

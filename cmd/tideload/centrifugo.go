@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -419,8 +418,6 @@ func procRSS(pid int) uint64 {
 	}
 	return 0
 }
-
-var errNoCentrifugo = errors.New(centrifugoNote)
 
 // latencyCentrifugo is the peer's latency round: the same subscribers,
 // rate and rows as latencyTide, published one at a time through the HTTP

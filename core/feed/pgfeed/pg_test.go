@@ -110,7 +110,7 @@ func (c *prefixChecker) check(ctx context.Context) error {
 
 // commitOutOfOrder runs: A writes, B writes, B commits, A commits; checking
 // the prefix property after each commit. It returns the first violation.
-func commitOutOfOrder(t *testing.T, opts pgfeed.Options) (err error, a, b feed.Change) {
+func commitOutOfOrder(t *testing.T, opts pgfeed.Options) (a, b feed.Change, err error) {
 	f, pool := newFeed(t, opts, feedtest.Items)
 	ctx := testCtx(t)
 	c := &prefixChecker{f: f, pool: pool}
@@ -128,7 +128,7 @@ func commitOutOfOrder(t *testing.T, opts pgfeed.Options) (err error, a, b feed.C
 	}
 	// A is still open: B's change is readable without waiting for A.
 	if err = c.check(ctx); err != nil {
-		return err, a, b
+		return a, b, err
 	}
 	h1 := c.last
 	cs := replayAll(t, f, items(), 0, h1)
@@ -146,12 +146,12 @@ func commitOutOfOrder(t *testing.T, opts pgfeed.Options) (err error, a, b feed.C
 			a = ch
 		}
 	}
-	return err, a, b
+	return a, b, err
 }
 
 func TestCommitOrderPositions(t *testing.T) {
 	t.Parallel()
-	err, a, b := commitOutOfOrder(t, pgfeed.Options{})
+	a, b, err := commitOutOfOrder(t, pgfeed.Options{})
 	if err != nil {
 		t.Fatalf("sound capture: %v", err)
 	}
@@ -161,7 +161,7 @@ func TestCommitOrderPositions(t *testing.T) {
 
 	// The same sequence with positions taken at write time exposes a hole,
 	// and the check above sees it.
-	err, a, b = commitOutOfOrder(t, pgfeed.Broken(pgfeed.Options{}))
+	a, b, err = commitOutOfOrder(t, pgfeed.Broken(pgfeed.Options{}))
 	if err == nil {
 		t.Fatalf("broken capture (a at %d, b at %d): the prefix check did not detect the hole", a.Pos, b.Pos)
 	}

@@ -33,7 +33,7 @@ var mixedCols = []struct {
 	{"t", "text", protocol.KindString, randText},
 	{"vc", "varchar(40)", protocol.KindString, func(r *rand.Rand) string { return truncRunes(randText(r), 40) }},
 	{"i2", "smallint", protocol.KindInt, func(r *rand.Rand) string { return strconv.Itoa(r.IntN(65536) - 32768) }},
-	{"i4", "integer", protocol.KindInt, func(r *rand.Rand) string { return strconv.FormatInt(int64(r.Int32())-int64(r.Int32()), 10) }},
+	{"i4", "integer", protocol.KindInt, func(r *rand.Rand) string { return strconv.FormatInt(int64(int32(r.Uint32())), 10) }},
 	{"big", "bigint", protocol.KindInt, randInt64},
 	{"ok", "boolean", protocol.KindBool, func(r *rand.Rand) string { return strconv.FormatBool(r.IntN(2) == 0) }},
 	{"f4", "real", protocol.KindFloat, randFloat},

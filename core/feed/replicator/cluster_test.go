@@ -462,7 +462,7 @@ type subscriber struct {
 	name  string
 	match func(item) bool
 	scope client.Scope
-	m     *client.Mirror
+	m     *client.Mirror //lint:ignore SA1019 Mirror is covered until it is removed
 	c     *client.Client
 
 	mu         sync.Mutex
