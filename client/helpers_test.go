@@ -18,7 +18,6 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/middleware"
 )
@@ -582,8 +581,6 @@ func (fc *fakeConn) handshake(ctx context.Context, t *testing.T) protocol.Client
 // Server frames.
 
 const testEpoch = "EpochA"
-
-func feedPos(p uint64) feed.Position { return feed.Position(p) }
 
 func cur(pos uint64) string { return protocol.Cursor{Epoch: testEpoch, Pos: pos}.String() }
 
