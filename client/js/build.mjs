@@ -1,35 +1,42 @@
-// Builds dist/tide.js (one minified ES module, what the middleware serves)
-// and dist/tide.d.ts from src/tide.ts. With --check, builds into a temporary
-// directory and fails if the committed dist/ differs; prints the sizes and
-// fails above the size budget.
+// Builds dist/ from src/: dist/tide.js (one minified ES module of
+// src/index.ts and the modules it imports, what the middleware serves),
+// dist/tide.d.ts with the declarations of the modules in dist/types/.
+// Properties whose names end in "_" are internal and mangled (esbuild
+// mangleProps; the public API never ends a name so). With --check, builds
+// into a temporary directory and fails if the committed dist/ differs;
+// prints the sizes and fails above the size budget.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync, rmSync, readdirSync, statSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, dirname } from "node:path";
+import { join, dirname, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
 
-const BUDGET = 10 * 1024; // bytes, minified and gzipped (issue 14; docs/performance.md)
+const BUDGET = 10 * 1024; // bytes of dist/tide.js, minified and gzipped (issue 14; docs/performance.md)
 const here = dirname(fileURLToPath(import.meta.url));
 const check = process.argv.includes("--check");
 const out = check ? mkdtempSync(join(tmpdir(), "tidejs-")) : join(here, "dist");
+
+const files = (dir) => readdirSync(dir).flatMap((f) => (statSync(join(dir, f)).isDirectory() ? files(join(dir, f)).map((g) => join(f, g)) : [f]));
+const common = { bundle: true, format: "esm", target: "es2020", logLevel: "warning", mangleProps: /[^_]_$/ };
+
 try {
-  execFileSync(join(here, "node_modules/.bin/tsc"), ["-p", join(here, "tsconfig.json"), "--outDir", out], { stdio: "inherit" });
+  if (!check) rmSync(out, { recursive: true, force: true });
+  mkdirSync(out, { recursive: true });
+  execFileSync(join(here, "node_modules/.bin/tsc"), ["-p", join(here, "tsconfig.json"), "--outDir", join(out, "types")], { stdio: "inherit" });
+  writeFileSync(join(out, "tide.d.ts"), '// The types of dist/tide.js (@tidesync/client): see types/index.d.ts.\nexport * from "./types/index.js";\n');
   await esbuild.build({
-    entryPoints: [join(here, "src/tide.ts")],
-    bundle: true,
-    format: "esm",
-    target: "es2020",
+    ...common,
+    entryPoints: [join(here, "src/index.ts")],
     minify: true,
     legalComments: "none",
-    banner: { js: "// tide browser client (@tidesync/client) — source: client/js/src/tide.ts" },
+    banner: { js: "// tide browser client (@tidesync/client) — source: client/js/src/" },
     outfile: join(out, "tide.js"),
-    logLevel: "warning",
   });
   const js = readFileSync(join(out, "tide.js"));
-  // The raw size: the same bundle, not minified (not written anywhere).
-  const raw = (await esbuild.build({ entryPoints: [join(here, "src/tide.ts")], bundle: true, format: "esm", target: "es2020", write: false, logLevel: "warning" })).outputFiles[0].contents;
+  // The raw size: the same bundle, not minified nor mangled (not written anywhere).
+  const raw = (await esbuild.build({ ...common, mangleProps: undefined, entryPoints: [join(here, "src/index.ts")], write: false })).outputFiles[0].contents;
   const gz = gzipSync(js, { level: 9 }).length;
   console.log(`tide.js: ${raw.length} bytes raw (unminified), ${js.length} bytes minified, ${gz} bytes minified+gzipped (budget ${BUDGET})`);
   if (gz > BUDGET) {
@@ -37,16 +44,18 @@ try {
     process.exitCode = 1;
   }
   if (check) {
-    for (const f of ["tide.js", "tide.d.ts"]) {
-      const fresh = readFileSync(join(out, f), "utf8");
-      let committed = "";
-      try { committed = readFileSync(join(here, "dist", f), "utf8"); } catch {}
-      if (fresh !== committed) {
+    const fresh = files(out).sort();
+    const committed = files(join(here, "dist")).sort();
+    for (const f of new Set([...fresh, ...committed])) {
+      let a = "", b = "";
+      try { a = readFileSync(join(out, f), "utf8"); } catch {}
+      try { b = readFileSync(join(here, "dist", f), "utf8"); } catch {}
+      if (a !== b) {
         console.error(`dist/${f} differs from a fresh build of src/: run "npm run build" in client/js and commit dist/`);
         process.exitCode = 1;
       }
     }
-    if (!process.exitCode) console.log("dist/ matches a fresh build");
+    if (!process.exitCode) console.log(`dist/ matches a fresh build (${fresh.length} files)`);
   }
 } finally {
   if (check) rmSync(out, { recursive: true, force: true });

@@ -1,5 +1,5 @@
 // Package tidejs embeds tide's compiled browser client (dist/tide.js, built
-// from src/tide.ts; see docs/client-js.md) so the middleware can serve it at
+// from the modules in src/; see docs/client-js.md) so the middleware can serve it at
 // <prefix>/client.js without a bundler in the app.
 package tidejs
 

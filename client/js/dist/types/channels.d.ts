@@ -1,0 +1,22 @@
+import type { Member } from "./protocol.js";
+import { Subscribable } from "./subscribable.js";
+/** A topic's state for a UI: its presence list and the last refusal. */
+export interface TopicSnapshot {
+    members: Member[];
+    error?: {
+        code: string;
+        message: string;
+    };
+}
+/** A joined topic. Bind a UI with subscribe/getSnapshot, like Scope. */
+export declare class Topic extends Subscribable<TopicSnapshot> {
+    readonly name: string;
+    /** Calls fn with every message of the topic; returns its remover. */
+    onMessage(fn: (data: unknown, from: string) => void): () => void;
+    /** Sends data to every subscriber; false when offline (nothing is queued). */
+    publish(data: unknown): boolean;
+    /** Replaces this client's presence state: sent now, and on every rejoin. */
+    setState(state: unknown): void;
+    /** Unsubscribes and forgets the topic. */
+    leave(): void;
+}

@@ -1,0 +1,102 @@
+import { ConflictError } from "./errors.js";
+import { type Conditions, type ServerFrame } from "./protocol.js";
+import { type Store } from "./storage.js";
+import { Scope, type ScopeState } from "./scope.js";
+import { type MutateOptions, type Mutation } from "./queue.js";
+import { Topic } from "./channels.js";
+import { Subscribable } from "./subscribable.js";
+/** The connection's status for the UI. */
+export interface Status {
+    readonly state: "connecting" | "catching-up" | "live" | "offline" | "error";
+    readonly pending: number;
+    readonly code?: string;
+    readonly message?: string;
+    readonly updateAvailable?: string;
+    readonly transport: "ws" | "poll";
+}
+/** Events for logs and tests: every frame in and out, errors, state changes. */
+export type ClientEvent = {
+    type: "frame-in";
+    frame: ServerFrame;
+} | {
+    type: "frame-out";
+    frame: {
+        [k: string]: unknown;
+    };
+} | {
+    type: "error";
+    error: Error;
+} | {
+    type: "conflict";
+    error: ConflictError;
+} | {
+    type: "update-available";
+    build: string;
+} | {
+    type: "close";
+    code: number;
+    reason: string;
+};
+/** createClient's options. */
+export interface Options {
+    /** The middleware's prefix as a URL or path; default "/tide". */
+    url?: string;
+    /** The app's build id, sent in hello. */
+    build?: string;
+    /** A channel token provider, called for every hello and on refresh-token. */
+    token?: () => string | Promise<string>;
+    /** "indexeddb" (default when available), "memory", or a Store. */
+    store?: "indexeddb" | "memory" | Store;
+    /** The IndexedDB database name; default "tide". */
+    dbName?: string;
+    /** "auto" (WebSocket, polling when it is unavailable), "ws" or "poll". */
+    transport?: "auto" | "ws" | "poll";
+    /** How long polling waits between polls of a caught-up scope; default 2000 ms. */
+    pollInterval?: number;
+    /** The reconnect backoff's bounds in ms: a random wait in [0, min(max, min·2ⁿ)); default 100 and 30000. */
+    minBackoff?: number;
+    maxBackoff?: number;
+    onEvent?: (e: ClientEvent) => void;
+    /** A WebSocket constructor (tests); default globalThis.WebSocket. */
+    WebSocket?: typeof WebSocket;
+    /** A fetch function (tests); default globalThis.fetch. */
+    fetch?: typeof fetch;
+    /** false: do not resume the stored (followed) scopes on start. */
+    resume?: boolean;
+}
+/** Creates a client; it connects at once and reconnects until close(). */
+export declare function createClient(opts?: Options): Client;
+/** A tide client: scopes, mutations and topics over one connection. */
+export declare class Client {
+    /** The connection's status as a subscribe/getSnapshot pair. */
+    readonly status: Subscribable<Status>;
+    /**
+     * Starts syncing a scope (the same scope twice returns the same Scope):
+     * one resource, or several sharing the conditions' columns under one
+     * cursor, whose transactions arrive whole. The scope is followed until
+     * forget: a client started again on the same store resumes it.
+     */
+    scope(resource: string | string[], conditions?: Conditions): Scope;
+    /** The scopes this client follows, those resumed from the store included. */
+    followed(): Promise<Scope[]>;
+    /** Stops following s for good: it is closed and its stored copy deleted. */
+    forget(s: Scope): Promise<void>;
+    /** Joins a topic (or returns the one joined), with a presence state. */
+    topic(name: string, opts?: {
+        state?: unknown;
+    }): Topic;
+    /** Pending (unsettled) mutations, oldest first. */
+    get pendingKeys(): string[];
+    /**
+     * mutate asks the server to run the resource's mutator name with args.
+     * local, if given, changes the local copy at once (optimistically); the
+     * mutation is queued (persisted) and sent, and resent with its key until
+     * answered.
+     */
+    mutate(resource: string, name: string, args?: unknown, mo?: MutateOptions): Mutation;
+    /** Reconnects at once: after an error state (new credentials), or to skip a backoff wait. */
+    reconnect(): void;
+    /** Ends the connection and every timer; stored data stays. */
+    close(): void;
+}
+export type { ScopeState };

@@ -1,0 +1,105 @@
+/** A row: a JSON object keyed by column name. */
+export type Row = {
+    [column: string]: unknown;
+};
+/** A scope condition: a scalar (equality) or {in: [scalars]}. */
+export type Condition = string | number | boolean | {
+    in: Array<string | number | boolean>;
+};
+/** A scope's conditions, by column. */
+export type Conditions = {
+    [column: string]: Condition;
+};
+/** One change entry, as in a changes or ack frame. */
+export interface Entry {
+    op: "upsert" | "delete";
+    key: string;
+    row?: Row;
+    origin?: string;
+    resource?: string;
+}
+/** One subscriber of a presence topic: a connection of a principal. */
+export interface Member {
+    id: string;
+    principal: string;
+    state?: unknown;
+}
+/** A decoded channel frame (id is never set: frames name their topic). */
+export type TopicFrame = {
+    id?: undefined;
+    topic: string;
+} & ({
+    type: "topic-subscribed";
+    presence?: boolean;
+} | {
+    type: "message";
+    data: unknown;
+    from?: string;
+} | {
+    type: "presence";
+    members: Member[];
+} | {
+    type: "presence-diff";
+    joins: Member[];
+    leaves: Member[];
+});
+/** A decoded server frame (docs/protocol.md, "Server frames"). */
+export type ServerFrame = {
+    type: "welcome";
+    build: string;
+    limits: {
+        [k: string]: number;
+    };
+} | {
+    type: "changes";
+    id?: string;
+    cursor: string;
+    entries: Entry[];
+    more?: boolean;
+} | {
+    type: "caught-up";
+    id: string;
+    cursor: string;
+} | {
+    type: "reset";
+    id?: string;
+    reason: string;
+} | {
+    type: "error";
+    id?: string;
+    topic?: string;
+    code: string;
+    message: string;
+} | {
+    type: "update-available";
+    build: string;
+} | {
+    type: "refresh-token";
+    expires_in: number;
+} | {
+    type: "ack";
+    key: string;
+    cursor: string;
+    entries: Entry[];
+    replayed?: boolean;
+} | {
+    type: "reject";
+    key: string;
+    code: string;
+    message: string;
+} | TopicFrame;
+/** A protocol violation by the server, or a frame this client cannot use. */
+export declare class ProtocolError extends Error {
+    name: string;
+}
+type Obj = {
+    [k: string]: unknown;
+};
+export declare const isObj: (x: unknown) => x is Obj;
+/**
+ * decodeServerFrame parses one server frame (a WebSocket text message or a
+ * polling response body) and checks the fields this client relies on.
+ * Unknown fields are ignored; anything else malformed throws ProtocolError.
+ */
+export declare function decodeServerFrame(text: string): ServerFrame;
+export {};

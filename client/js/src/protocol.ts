@@ -1,0 +1,137 @@
+// The wire protocol of docs/protocol.md: server frames and their decoding.
+
+/** A row: a JSON object keyed by column name. */
+export type Row = { [column: string]: unknown };
+/** A scope condition: a scalar (equality) or {in: [scalars]}. */
+export type Condition = string | number | boolean | { in: Array<string | number | boolean> };
+/** A scope's conditions, by column. */
+export type Conditions = { [column: string]: Condition };
+
+/** One change entry, as in a changes or ack frame. */
+export interface Entry {
+  op: "upsert" | "delete";
+  key: string;
+  row?: Row;
+  origin?: string;
+  resource?: string;
+}
+
+/** One subscriber of a presence topic: a connection of a principal. */
+export interface Member {
+  id: string;
+  principal: string;
+  state?: unknown;
+}
+
+/** A decoded channel frame (id is never set: frames name their topic). */
+export type TopicFrame = { id?: undefined; topic: string } & (
+  | { type: "topic-subscribed"; presence?: boolean }
+  | { type: "message"; data: unknown; from?: string }
+  | { type: "presence"; members: Member[] }
+  | { type: "presence-diff"; joins: Member[]; leaves: Member[] }
+);
+
+/** A decoded server frame (docs/protocol.md, "Server frames"). */
+export type ServerFrame =
+  | { type: "welcome"; build: string; limits: { [k: string]: number } }
+  | { type: "changes"; id?: string; cursor: string; entries: Entry[]; more?: boolean }
+  | { type: "caught-up"; id: string; cursor: string }
+  | { type: "reset"; id?: string; reason: string }
+  | { type: "error"; id?: string; topic?: string; code: string; message: string }
+  | { type: "update-available"; build: string }
+  | { type: "refresh-token"; expires_in: number }
+  | { type: "ack"; key: string; cursor: string; entries: Entry[]; replayed?: boolean }
+  | { type: "reject"; key: string; code: string; message: string }
+  | TopicFrame;
+
+/** A protocol violation by the server, or a frame this client cannot use. */
+export class ProtocolError extends Error {
+  override name = "ProtocolError";
+}
+
+type Obj = { [k: string]: unknown };
+export const isObj = (x: unknown): x is Obj => typeof x === "object" && x !== null && !Array.isArray(x);
+
+const str = (f: Obj, k: string, opt = false): string => {
+  const v = f[k];
+  if (v === undefined && opt) return "";
+  if (typeof v !== "string") throw new ProtocolError(`${String(f.type)}: "${k}" is not a string`);
+  return v;
+};
+
+function decodeEntries(f: Obj): Entry[] {
+  const list = f.entries ?? [];
+  if (!Array.isArray(list)) throw new ProtocolError(`${String(f.type)}: "entries" is not an array`);
+  return list.map((e): Entry => {
+    if (!isObj(e)) throw new ProtocolError("an entry is not an object");
+    const op = e.op;
+    const key = str(e, "key");
+    const out: Entry = { op: op as Entry["op"], key };
+    if (op === "upsert") {
+      if (!isObj(e.row)) throw new ProtocolError(`upsert of ${key}: "row" is not an object`);
+      out.row = e.row;
+    } else if (op !== "delete") throw new ProtocolError(`entry ${key}: op ${JSON.stringify(op)}`);
+    if (e.origin !== undefined) out.origin = str(e, "origin");
+    if (e.resource !== undefined) out.resource = str(e, "resource");
+    return out;
+  });
+}
+
+function decodeMembers(f: Obj, k: string): Member[] {
+  const list = f[k] ?? [];
+  if (!Array.isArray(list)) throw new ProtocolError(`${String(f.type)}: "${k}" is not an array`);
+  return list.map((m): Member => {
+    if (!isObj(m)) throw new ProtocolError("a member is not an object");
+    return { id: str(m, "id"), principal: str(m, "principal", true), state: m.state };
+  });
+}
+
+/**
+ * decodeServerFrame parses one server frame (a WebSocket text message or a
+ * polling response body) and checks the fields this client relies on.
+ * Unknown fields are ignored; anything else malformed throws ProtocolError.
+ */
+export function decodeServerFrame(text: string): ServerFrame {
+  let f: unknown;
+  try {
+    f = JSON.parse(text);
+  } catch {
+    throw new ProtocolError("a frame is not JSON");
+  }
+  if (!isObj(f)) throw new ProtocolError("a frame is not a JSON object");
+  if (f.v !== 1) throw new ProtocolError(`unsupported protocol version ${JSON.stringify(f.v)}`);
+  const type = f.type;
+  const id = () => (f.id !== undefined ? { id: str(f, "id") } : {});
+  switch (type) {
+    case "welcome":
+      return { type, build: str(f, "build", true), limits: isObj(f.limits) ? (f.limits as { [k: string]: number }) : {} };
+    case "changes":
+      return { type, ...id(), cursor: str(f, "cursor"), entries: decodeEntries(f), ...(f.more === true ? { more: true } : {}) };
+    case "caught-up":
+      return { type, id: str(f, "id"), cursor: str(f, "cursor") };
+    case "reset":
+      return { type, ...id(), reason: str(f, "reason", true) };
+    case "error":
+      return { type, ...id(), ...(f.topic !== undefined ? { topic: str(f, "topic") } : {}), code: str(f, "code"), message: str(f, "message", true) };
+    case "update-available":
+      return { type, build: str(f, "build", true) };
+    case "refresh-token":
+      if (typeof f.expires_in !== "number") throw new ProtocolError(`refresh-token: "expires_in" is not a number`);
+      return { type, expires_in: f.expires_in };
+    case "ack":
+      return { type, key: str(f, "key"), cursor: str(f, "cursor", true), entries: decodeEntries(f), ...(f.replayed === true ? { replayed: true } : {}) };
+    case "reject":
+      return { type, key: str(f, "key"), code: str(f, "code"), message: str(f, "message", true) };
+    // App channels (docs/channels.md).
+    case "message":
+      if (f.data === undefined) throw new ProtocolError(`message: no "data"`);
+      return { type, topic: str(f, "topic"), data: f.data, from: str(f, "from", true) };
+    case "presence":
+      return { type, topic: str(f, "topic"), members: decodeMembers(f, "members") };
+    case "presence-diff":
+      return { type, topic: str(f, "topic"), joins: decodeMembers(f, "joins"), leaves: decodeMembers(f, "leaves") };
+    case "topic-subscribed":
+      return { type, topic: str(f, "topic"), presence: f.presence === true };
+  }
+  throw new ProtocolError(`unknown frame type ${JSON.stringify(type)}`);
+}
