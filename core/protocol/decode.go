@@ -17,7 +17,17 @@ func DecodeClientFrame(data []byte) (ClientFrame, *Error) {
 		return f, Errorf(CodeBadFrame, "a frame is a JSON object")
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
-		return ClientFrame{}, Errorf(CodeBadFrame, "invalid frame: %v", err)
+		e := &Error{Code: CodeBadFrame, Message: "invalid frame", Detail: "invalid frame: " + err.Error()}
+		if m, ok := DescribeJSONError(err, "the frame"); ok {
+			e.Message = "invalid frame: " + m
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			// The rest of the frame was decoded: keep what says which
+			// mutation it is, so that it is answered by a reject.
+			return ClientFrame{V: f.V, Type: f.Type, Key: f.Key}, e
+		}
+		return ClientFrame{}, e
 	}
 	return f, f.Validate()
 }
