@@ -113,6 +113,14 @@ type Config struct {
 	IdleTimeout time.Duration
 	// WriteTimeout bounds one socket write. Zero value means 10 s.
 	WriteTimeout time.Duration
+	// Heartbeat is how often the server pings every connection: a
+	// WebSocket ping, which keeps the peer's answer coming within
+	// IdleTimeout, and, once the connection is welcomed, a ping frame,
+	// whose absence for two heartbeats tells a client its connection is
+	// dead (welcome announces the interval as heartbeat_ms). It must be
+	// below IdleTimeout. Zero value means 10 s, or a third of IdleTimeout
+	// when that is shorter.
+	Heartbeat time.Duration
 
 	// Tokens verifies hello and refresh tokens (authz.Keyring is one).
 	// Zero value: tokens are not accepted, and a hello carrying one is
@@ -175,6 +183,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.HelloTimeout, 10*time.Second)
 	setDur(&c.IdleTimeout, 120*time.Second)
 	setDur(&c.WriteTimeout, 10*time.Second)
+	setDur(&c.Heartbeat, min(10*time.Second, c.IdleTimeout/3))
 	c.Channels = c.Channels.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -212,8 +221,11 @@ func (c Config) validate() error {
 	if c.PageSize > c.MaxPageSize {
 		errs = append(errs, fmt.Errorf("PageSize %d exceeds MaxPageSize %d", c.PageSize, c.MaxPageSize))
 	}
-	if c.HelloTimeout < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 {
+	if c.HelloTimeout < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.Heartbeat < 0 {
 		errs = append(errs, errors.New("timeouts must not be negative"))
+	}
+	if c.Heartbeat <= 0 || c.Heartbeat >= c.IdleTimeout {
+		errs = append(errs, fmt.Errorf("Heartbeat %v must be positive and below IdleTimeout %v", c.Heartbeat, c.IdleTimeout))
 	}
 	if err := protocol.CheckText("BuildID", c.BuildID, protocol.MaxBuildLen); err != nil {
 		errs = append(errs, errors.New(err.Message))

@@ -110,6 +110,9 @@ func (c *conn) handle(data []byte) {
 		c.refresh(f)
 	case protocol.FrameMutate:
 		c.mutate(f)
+	case protocol.FramePong:
+		// The answer to a ping frame: reading it renewed the idle
+		// deadline, which is all it is for.
 	case protocol.FrameTopicSubscribe, protocol.FrameTopicUnsubscribe, protocol.FramePublish, protocol.FramePresenceUpdate:
 		c.handleChannel(f) // channelconn.go
 	}
@@ -143,7 +146,7 @@ func (c *conn) hello(f protocol.ClientFrame) {
 	c.helloDone = true
 	_ = c.ws.SetReadDeadline(time.Now().Add(c.e.cfg.IdleTimeout))
 	cfg := &c.e.cfg
-	c.sendFrame(protocol.Welcome(cfg.BuildID, c.currentPrincipal().ID, 0, cfg.limits()))
+	c.sendWelcome(protocol.Welcome(cfg.BuildID, c.currentPrincipal().ID, max(1, int(cfg.Heartbeat.Milliseconds())), cfg.limits()))
 	if cfg.BuildID != "" && f.Build != "" && f.Build != cfg.BuildID {
 		c.sendFrame(protocol.UpdateAvailable(cfg.BuildID))
 	}

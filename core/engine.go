@@ -145,12 +145,15 @@ func (e *Engine) start() bool {
 	return true
 }
 
-// pingLoop asks every connection to ping its peer a few times per idle
-// timeout; a peer that never answers is swept by its read deadline (4001).
-// One ticker serves all connections so an idle connection owns no timer.
+// pingLoop asks every connection to ping its peer once per heartbeat: a
+// WebSocket ping, whose answer keeps the connection within its idle
+// timeout (a peer that never answers is swept by its read deadline, 4001),
+// and a ping frame on a welcomed connection, which lets the client tell a
+// dead connection from a quiet one. One ticker serves all connections so
+// an idle connection owns no timer.
 func (e *Engine) pingLoop() {
 	defer e.wg.Done()
-	t := time.NewTicker(e.cfg.IdleTimeout / 3)
+	t := time.NewTicker(e.cfg.Heartbeat)
 	defer t.Stop()
 	for {
 		select {

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -143,7 +144,7 @@ func resumeCopy(t *testing.T, s *server, c *wsClient, cursor string, want map[st
 	var cutOff []error
 	for {
 		_ = c.ws.SetReadDeadline(time.Now().Add(60 * time.Second)) // bounds a broken test only
-		_, data, err := c.ws.ReadMessage()
+		data, err := readMessage(c.ws)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || len(cutOff) == 10 {
@@ -221,7 +222,7 @@ func TestBackpressureCloses(t *testing.T) {
 			live = false
 		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-		_, msg, err := c.ws.ReadMessage()
+		msg, err := readMessage(c.ws)
 		if err == nil {
 			live = strings.Contains(string(msg[:min(len(msg), 40)]), `"caught-up"`)
 			continue
@@ -265,7 +266,7 @@ func TestIdleSweep(t *testing.T) {
 	go func() {
 		for {
 			_ = live.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-			_, data, err := live.ws.ReadMessage() // reading also answers pings
+			data, err := readMessage(live.ws) // reading also answers pings
 			if err != nil {
 				close(liveFrames)
 				return
@@ -276,7 +277,7 @@ func TestIdleSweep(t *testing.T) {
 	}()
 	_ = deaf.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
 	for {
-		_, _, err := deaf.ws.ReadMessage()
+		_, err := readMessage(deaf.ws)
 		if err == nil {
 			continue
 		}
@@ -338,7 +339,7 @@ func TestHostileFrames(t *testing.T) {
 				t.Fatalf("code %s (%s), want %s", f.Code, f.Message, tt.code)
 			}
 			if tt.closeCode != 0 {
-				_, _, err := c.ws.ReadMessage()
+				_, err := readMessage(c.ws)
 				if !websocket.IsCloseError(err, tt.closeCode) {
 					t.Fatalf("want close %d, got %v", tt.closeCode, err)
 				}
@@ -373,7 +374,7 @@ func TestRateLimit(t *testing.T) {
 	var codes []protocol.Code
 	for {
 		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-		_, data, err := c.ws.ReadMessage()
+		data, err := readMessage(c.ws)
 		if err != nil {
 			if !websocket.IsCloseError(err, int(protocol.ClosePolicy)) {
 				t.Fatalf("want close 1008, got %v", err)
@@ -410,7 +411,7 @@ func readCopy(c *wsClient, lastKey string) map[string]string {
 	got := map[string]string{}
 	for {
 		_ = c.ws.SetReadDeadline(time.Now().Add(60 * time.Second))
-		_, data, err := c.ws.ReadMessage()
+		data, err := readMessage(c.ws)
 		if err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {
@@ -497,4 +498,15 @@ func TestLimits(t *testing.T) {
 	c.send(`{"v":1,"type":"unsubscribe","id":"s1"}`)
 	c.send(`{"v":1,"type":"subscribe","id":"s6","resource":"todos","conditions":{"project_id":"p3"}}`)
 	c.collect("s6")
+}
+
+// readMessage reads the next message that is not a heartbeat ping frame:
+// the tests that read the socket raw skip those, as tidetest.Conn does.
+func readMessage(ws *websocket.Conn) ([]byte, error) {
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil || !bytes.Equal(data, protocol.Ping()) {
+			return data, err
+		}
+	}
 }

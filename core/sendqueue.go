@@ -26,13 +26,14 @@ func (it *outItem) size() int { return len(it.data) + it.live.bytes }
 // outbound is a connection's bounded send queue. Its fields are guarded by
 // the connection's mutex.
 type outbound struct {
-	limit   int
-	items   []outItem
-	spare   []outItem
-	bytes   int
-	writing bool          // a writer goroutine is running
-	pingDue bool          // the pinger asked for a ping
-	room    chan struct{} // closed when bytes are freed; created by waiters
+	limit    int
+	items    []outItem
+	spare    []outItem
+	bytes    int
+	writing  bool          // a writer goroutine is running
+	pingDue  bool          // the pinger asked for a WebSocket ping
+	welcomed bool          // welcome is queued: the heartbeat's ping frames may follow it
+	room     chan struct{} // closed when bytes are freed; created by waiters
 	// resyncDue: a subscription of this connection was desynced; once the
 	// queue drains, the writer resyncs every subscription whose state says
 	// so. Which ones is kept by the subscriptions alone.
@@ -236,7 +237,11 @@ func (c *conn) closeAfterFlush(code protocol.CloseCode, reason string) {
 	c.kickLocked()
 }
 
-// requestPing asks the writer to send a ping.
+// requestPing asks the writer to send a WebSocket ping and, once the
+// connection is welcomed, queues a ping frame: a client that hears nothing
+// for two heartbeats takes the connection for dead. The ping frame is
+// queued like any frame, after those before it, so it never precedes
+// welcome.
 func (c *conn) requestPing() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -244,6 +249,25 @@ func (c *conn) requestPing() {
 		return
 	}
 	c.out.pingDue = true
+	if c.out.welcomed && !c.out.closeQueued {
+		c.out.push(outItem{data: pingFrame})
+	}
+	c.kickLocked()
+}
+
+// pingFrame is the heartbeat's frame, shared by every connection (frames
+// are never modified once queued).
+var pingFrame = protocol.Ping()
+
+// sendWelcome queues welcome; the heartbeat's ping frames may follow it.
+func (c *conn) sendWelcome(frame []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.out.closeQueued {
+		return
+	}
+	c.out.push(outItem{data: frame})
+	c.out.welcomed = true
 	c.kickLocked()
 }
 

@@ -54,8 +54,8 @@ func refreshLead(remaining time.Duration) time.Duration {
 // expiry), with one timer for the whole engine armed at the earliest
 // deadline. A connection without a token costs nothing; one with a token
 // costs a heap entry, never a goroutine or a timer of its own. The engine's
-// pinger tick was the other candidate, but its period (a third of the idle
-// timeout) is too coarse for a deadline that must be met to the second.
+// pinger tick was the other candidate, but its period (the heartbeat, 10 s
+// by default) is too coarse for a deadline that must be met to the second.
 //
 // It also counts revocations (see Engine.Revoke and conn.hello).
 type tokenTimers struct {

@@ -37,6 +37,7 @@ type config struct {
 	timeout   time.Duration
 	dialer    *websocket.Dialer
 	noCleanup bool
+	pings     bool
 }
 
 // WithHeader adds values for key to the upgrade request's headers, standing
@@ -73,6 +74,14 @@ func WithDialer(d *websocket.Dialer) Option {
 	return func(c *config) { c.dialer = d }
 }
 
+// WithPingFrames makes the reads return the server's heartbeat ping frames.
+// Without it they skip them, as a client's transport would, so that a test
+// reading a sequence of frames is not disturbed by a heartbeat falling
+// between them.
+func WithPingFrames() Option {
+	return func(c *config) { c.pings = true }
+}
+
 // WithoutCleanup leaves closing the connection to the caller instead of
 // registering Close with t.Cleanup. It is for a connection that outlives the
 // test that dialed it, such as one a fuzz target shares across its inputs
@@ -95,6 +104,7 @@ type Conn struct {
 	t       TB
 	ws      *websocket.Conn
 	timeout time.Duration
+	pings   bool // return ping frames (WithPingFrames)
 	close   *sync.Once
 }
 
@@ -129,7 +139,7 @@ func TryDial(t TB, url string, opts ...Option) (c *Conn, resp *http.Response, er
 	if err != nil {
 		return nil, resp, err
 	}
-	c = &Conn{t: t, ws: ws, timeout: cfg.timeout, close: new(sync.Once)}
+	c = &Conn{t: t, ws: ws, timeout: cfg.timeout, pings: cfg.pings, close: new(sync.Once)}
 	if !cfg.noCleanup {
 		t.Cleanup(c.Close)
 	}
@@ -256,8 +266,18 @@ func (c *Conn) Refresh(token string) {
 // returns the frame, the message as received, and any read or decode error
 // (a *websocket.CloseError when the server closed the connection). It is
 // safe to call from a goroutine other than the test's, one reader at a
-// time.
+// time. Like every read it skips ping frames unless the Conn was dialed
+// WithPingFrames.
 func (c *Conn) ReadFrame() (protocol.ServerFrame, []byte, error) {
+	for {
+		f, data, err := c.readFrame()
+		if err != nil || c.pings || f.Type != protocol.FramePing {
+			return f, data, err
+		}
+	}
+}
+
+func (c *Conn) readFrame() (protocol.ServerFrame, []byte, error) {
 	if c.timeout > 0 {
 		_ = c.ws.SetReadDeadline(time.Now().Add(c.timeout))
 	}

@@ -13,6 +13,8 @@
 //     authz.KeyringConfig.Now, which moves only on Advance: token expiry and
 //     refresh requests happen exactly when the test says.
 //
+// Reads skip the server's heartbeat ping frames, as a client's transport
+// would (WithPingFrames shows them to a test of the heartbeat itself).
 // Every read is bounded (DefaultTimeout, 30 s) so a hung test fails with a
 // clear message instead of hanging; the bound is far above any real wait and
 // is not an assertion about speed. Failures are reported with t.Fatalf, and
