@@ -93,7 +93,9 @@ func RegisterChannel[T any](e *Engine, ch Channel[T]) error {
 				return errors.New("data holds more than one JSON value")
 			}
 			if val, ok := any(&v).(interface{ Validate() error }); ok {
-				return val.Validate()
+				if err := val.Validate(); err != nil {
+					return appWordsError{err}
+				}
 			}
 			return nil
 		}
@@ -220,6 +222,29 @@ func (e *Engine) authorizeTopicCtx(ctx context.Context, policy authz.Policy, tr 
 	return nil
 }
 
+// appWordsError is an error the app wrote for a person (a message type's
+// Validate).
+type appWordsError struct{ err error }
+
+func (e appWordsError) Error() string { return e.err.Error() }
+func (e appWordsError) Unwrap() error { return e.err }
+
+// mismatch says for a person why data does not decode into a channel's
+// message type, in JSON's terms or the app's words, never Go's.
+func mismatch(err error) string {
+	var aw appWordsError
+	if errors.As(err, &aw) {
+		return aw.Error()
+	}
+	if m, ok := protocol.DescribeJSONError(err, "the message"); ok {
+		return m
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return "unknown field " + field
+	}
+	return "it does not decode"
+}
+
 // checkMessage checks a message's size and schema.
 func (e *Engine) checkMessage(ch *channel, data json.RawMessage) *protocol.Error {
 	if n := e.cfg.Channels.MaxMessageBytes; len(data) > n {
@@ -230,7 +255,7 @@ func (e *Engine) checkMessage(ch *channel, data json.RawMessage) *protocol.Error
 	}
 	if ch.validate != nil {
 		if err := ch.validate(data); err != nil {
-			return protocol.Errorf(protocol.CodeInvalidMessage, "data does not match channel %s: %v", ch.name, err)
+			return presentedf(protocol.CodeInvalidMessage, "data does not match channel "+ch.name+": "+mismatch(err), "data does not match channel %s: %v", ch.name, err)
 		}
 	}
 	return nil

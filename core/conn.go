@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,7 @@ func (c *conn) handle(data []byte) {
 		// A mutation is answered by ack or reject, whatever is wrong with it.
 		c.e.stats.mutationsRejected.Add(1)
 		c.e.cfg.Observer.Mutated("", "", ferr.Code, 0)
-		c.sendFrame(protocol.Reject(protocol.Truncate(f.Key, protocol.MaxKeyLen), ferr))
+		c.sendFrame(protocol.Reject(protocol.Truncate(f.Key, protocol.MaxKeyLen), presentReject(&protocol.Error{Code: ferr.Code, Message: cmp.Or(ferr.Detail, ferr.Message)})))
 		return
 	}
 	if ferr != nil && f.Topic != "" && c.helloDone && ferr.Code != protocol.CodeUnsupportedVersion {

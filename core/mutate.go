@@ -198,7 +198,7 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 	}
 	args, err := m.decode(f.Args)
 	if err != nil {
-		return nil, 0, protocol.Errorf(protocol.CodeInvalidArgs, "%s.%s: %v", r.schema.Name, f.Name, err)
+		return nil, 0, presentedf(protocol.CodeInvalidArgs, argsMessage(err), "%s.%s: %v", r.schema.Name, f.Name, err)
 	}
 	if err := e.authorizeMutation(ctx, m, p, args); err != nil {
 		return nil, 0, protocol.Errorf(deniedCode(err), "%s.%s: %v", r.schema.Name, f.Name, err)
@@ -230,12 +230,14 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 		e.cfg.Logger.Warn("tide: mutation not applied: its transaction failed", "resource", r.schema.Name, "mutator", f.Name, "err", err)
 		return nil, 0, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
 	case errors.As(err, &mf) && errors.Is(err, ErrConflict):
-		return nil, 0, protocol.Errorf(protocol.CodeConflict, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
+		return nil, 0, mutatorRefusal(protocol.CodeConflict, ErrConflict, mf.err, r.schema.Name, f.Name)
 	case errors.As(err, &mf) && errors.Is(err, ErrInvalidArgs):
-		return nil, 0, protocol.Errorf(protocol.CodeInvalidArgs, "%s.%s: %v", r.schema.Name, f.Name, mf.err)
+		return nil, 0, mutatorRefusal(protocol.CodeInvalidArgs, ErrInvalidArgs, mf.err, r.schema.Name, f.Name)
 	case errors.As(err, &mf):
+		// Its text stays in the server's log: it may name what the
+		// principal may not see (a constraint's row, a hidden column).
 		e.cfg.Logger.Warn("tide: mutator failed", "resource", r.schema.Name, "mutator", f.Name, "err", mf.err)
-		return nil, 0, protocol.Errorf(protocol.CodeMutatorFailed, "%s.%s failed", r.schema.Name, f.Name)
+		return nil, 0, protocol.Errorf(protocol.CodeMutatorFailed, "%s.%s failed; the server's log has its error", r.schema.Name, f.Name)
 	default:
 		e.cfg.Logger.Error("tide: mutation not applied: the feed failed", "resource", r.schema.Name, "mutator", f.Name, "err", err)
 		return nil, 0, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
@@ -247,6 +249,18 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 		return nil, 0, protocol.Errorf(protocol.CodeUnavailable, "the change feed is unavailable; resend later with the same key")
 	}
 	return protocol.Ack(f.Key, e.cursorString(head), result, replayed), head, nil
+}
+
+// mutatorRefusal is the reject of a mutator's own refusal (err wraps
+// sentinel, ErrConflict or ErrInvalidArgs): its message is the app's words
+// after the sentinel, or the code's short message when it wrote none, and
+// its detail the whole error.
+func mutatorRefusal(code protocol.Code, sentinel, err error, resource, name string) *protocol.Error {
+	msg := appWords(err, sentinel)
+	if msg == "" {
+		msg = rejectMessage(code)
+	}
+	return presentedf(code, msg, "%s.%s: %v", resource, name, err)
 }
 
 // authorizeMutation runs the mutator's policy, denying when it has none or
@@ -299,7 +313,7 @@ func (c *conn) mutate(f protocol.ClientFrame) {
 	c.mu.Lock()
 	if len(c.muts.queue) >= maxQueuedMutations {
 		c.mu.Unlock()
-		c.sendFrame(protocol.Reject(f.Key, protocol.Errorf(protocol.CodeRateLimited, "at most %d mutations may wait on one connection", maxQueuedMutations)))
+		c.sendFrame(protocol.Reject(f.Key, presentReject(protocol.Errorf(protocol.CodeRateLimited, "at most %d mutations may wait on one connection", maxQueuedMutations))))
 		return
 	}
 	c.muts.queue = append(c.muts.queue, f)
@@ -353,6 +367,7 @@ func (c *conn) mutateLoop() {
 func (e *Engine) runMutation(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, feed.Position, *protocol.Error) {
 	f.Type = protocol.FrameMutate
 	if err := f.Validate(); err != nil {
+		err = presentReject(err)
 		e.stats.mutationsRejected.Add(1)
 		e.cfg.Observer.Mutated("", "", err.Code, 0)
 		return protocol.Reject(f.Key, err), 0, err
@@ -365,6 +380,7 @@ func (e *Engine) runMutation(ctx context.Context, p authz.Principal, origin stri
 	e.traces.end(origin, mt, pos, err == nil)
 	res, name := e.mutatorLabels(f)
 	if err != nil {
+		err = presentReject(err)
 		e.stats.mutationsRejected.Add(1)
 		e.cfg.Observer.Mutated(res, name, err.Code, time.Since(began))
 		span.End(err)

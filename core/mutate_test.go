@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -161,28 +162,48 @@ func TestMutateResendIsReplayed(t *testing.T) {
 	}
 }
 
-// TestMutateRefusals: each refusal is a reject with its code, the
-// connection keeps serving, and nothing is written.
+// TestMutateRefusals: each refusal is a reject with its code, a message a
+// person may be shown (the mutator's own words for invalid_args and
+// conflict, JSON's terms for arguments that do not decode, a fixed one
+// for the rest: never Go's types, never "tide:") and a detail for
+// developers; the connection keeps serving, and nothing is written. A
+// failing mutator's error stays in the server's log: it may name data
+// the caller may not see.
 func TestMutateRefusals(t *testing.T) {
 	s := newServer(t, core.Config{})
 	addMutators(t, s)
 	ok := addArgs{ID: "t9", ProjectID: "p7", Title: "x"}
 	for _, tt := range []struct {
-		name  string
-		frame any
-		code  protocol.Code
+		name    string
+		frame   any
+		code    protocol.Code
+		message string
+		detail  string // a part of it
 	}{
-		{"unknown resource", map[string]any{"v": 1, "type": "mutate", "key": "r1", "resource": "nope", "name": "add", "at": time.Now().UnixMilli()}, protocol.CodeUnknownResource},
-		{"unknown mutator", mutateFrame("r2", "explode", ok, time.Now()), protocol.CodeUnknownMutator},
-		{"args of the wrong type", mutateFrame("r3", "add", map[string]any{"title": 7}, time.Now()), protocol.CodeInvalidArgs},
-		{"args not an object", mutateFrame("r4", "add", []int{1}, time.Now()), protocol.CodeInvalidArgs},
-		{"invalid by the mutator", mutateFrame("r5", "add", addArgs{ID: "t9", ProjectID: "p7"}, time.Now()), protocol.CodeInvalidArgs},
-		{"policy refuses", mutateFrame("r6", "add", addArgs{ID: "t9", ProjectID: "p9", Title: "x"}, time.Now()), protocol.CodeForbidden},
-		{"no policy", mutateFrame("r7", "open", ok, time.Now()), protocol.CodeForbidden},
-		{"conflict", mutateFrame("r8", "conflict", ok, time.Now()), protocol.CodeConflict},
-		{"mutator panics", mutateFrame("r9", "fail", ok, time.Now()), protocol.CodeMutatorFailed},
-		{"older than key retention", mutateFrame("r10", "add", ok, time.Now().Add(-30*24*time.Hour)), protocol.CodeKeyExpired},
-		{"missing at", map[string]any{"v": 1, "type": "mutate", "key": "r11", "resource": "todos", "name": "add"}, protocol.CodeBadFrame},
+		{"unknown resource", map[string]any{"v": 1, "type": "mutate", "key": "r1", "resource": "nope", "name": "add", "at": time.Now().UnixMilli()}, protocol.CodeUnknownResource,
+			"this action is not available", `no resource "nope"`},
+		{"unknown mutator", mutateFrame("r2", "explode", ok, time.Now()), protocol.CodeUnknownMutator,
+			"this action is not available", `resource todos has no mutator "explode"`},
+		{"args of the wrong type", mutateFrame("r3", "add", map[string]any{"title": 7}, time.Now()), protocol.CodeInvalidArgs,
+			"title must be a string", "todos.add: json: cannot unmarshal number"},
+		{"args not an object", mutateFrame("r4", "add", []int{1}, time.Now()), protocol.CodeInvalidArgs,
+			"the change is not valid", "args is a JSON object"},
+		{"invalid by the mutator", mutateFrame("r5", "add", addArgs{ID: "t9", ProjectID: "p7"}, time.Now()), protocol.CodeInvalidArgs,
+			"a todo needs a title", "todos.add: tide: invalid arguments: a todo needs a title"},
+		{"policy refuses", mutateFrame("r6", "add", addArgs{ID: "t9", ProjectID: "p9", Title: "x"}, time.Now()), protocol.CodeForbidden,
+			"you do not have access to this", "todos.add: authz: forbidden: not a member of p9"},
+		{"no policy", mutateFrame("r7", "open", ok, time.Now()), protocol.CodeForbidden,
+			"you do not have access to this", "the mutator has no policy"},
+		{"conflict", mutateFrame("r8", "conflict", ok, time.Now()), protocol.CodeConflict,
+			"x is taken", "todos.conflict: tide: conflict: x is taken"},
+		{"mutator panics", mutateFrame("r9", "fail", ok, time.Now()), protocol.CodeMutatorFailed,
+			"the change could not be saved", "todos.fail failed"},
+		{"older than key retention", mutateFrame("r10", "add", ok, time.Now().Add(-30*24*time.Hour)), protocol.CodeKeyExpired,
+			"the change is too old to be saved", "older than the retained idempotency keys"},
+		{"missing at", map[string]any{"v": 1, "type": "mutate", "key": "r11", "resource": "todos", "name": "add"}, protocol.CodeBadFrame,
+			"the app sent a change the server cannot read", "at (Unix milliseconds) is required"},
+		{"a field of the wrong type", map[string]any{"v": 1, "type": "mutate", "key": "r12", "seq": "one", "resource": "todos", "name": "add", "at": 1}, protocol.CodeBadFrame,
+			"the app sent a change the server cannot read", "json: cannot unmarshal string"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := s.dial(t, "alice", "p7")
@@ -191,6 +212,12 @@ func TestMutateRefusals(t *testing.T) {
 			f := c.Expect(protocol.FrameReject)
 			if f.Code != tt.code || f.Key == "" {
 				t.Fatalf("reject %+v, want code %s", f, tt.code)
+			}
+			if f.Message != tt.message || !strings.Contains(f.Detail, tt.detail) {
+				t.Fatalf("message %q, detail %q; want %q, a detail with %q", f.Message, f.Detail, tt.message, tt.detail)
+			}
+			if strings.Contains(f.Detail, "the mutator broke") {
+				t.Fatalf("the detail reveals the mutator's error: %q", f.Detail)
 			}
 			c.Probe() // still serving
 		})
@@ -202,7 +229,7 @@ func TestMutateRefusals(t *testing.T) {
 	if len(rows) != 0 {
 		t.Fatalf("refused mutations wrote %+v", rows)
 	}
-	if st := s.e.Stats(); st.MutationsRejected < 10 {
+	if st := s.e.Stats(); st.MutationsRejected < 12 {
 		t.Fatalf("stats count %d rejections", st.MutationsRejected)
 	}
 }
@@ -431,4 +458,52 @@ func TestMutateAdvancesScopesPastAWriteTheBusNeverBrings(t *testing.T) {
 			return
 		}
 	}
+}
+
+// TestOversizedMutate: a mutate frame above the frame limit is answered by
+// a reject for its key when the key comes before the limit (as clients
+// write it, right after type), so the client can settle it; a frame whose
+// first bytes show no mutate key gets the connection-level error. The
+// connection keeps serving either way, and nothing runs.
+func TestOversizedMutate(t *testing.T) {
+	s := newServer(t, core.Config{MaxFrameBytes: 1024})
+	runs := addMutators(t, s)
+	title := strings.Repeat("x", 2000)
+	frame := func(head string) string {
+		return `{"v":1,"type":"mutate",` + head + `"resource":"todos","name":"add","args":{"id":"t1","project_id":"p7","title":"` + title + `"},"at":1764590000000}`
+	}
+	c := s.dial(t, "alice", "p7")
+	c.hello()
+	for _, tt := range []struct {
+		name, frame string
+		key         string // "": a connection-level error
+	}{
+		{"key after type", frame(`"key":"big-1","seq":1,`), "big-1"},
+		{"key after the args", strings.Replace(frame(""), `"at"`, `"key":"big-2","at"`, 1), ""},
+		{"key cut by the limit", `{"v":1,"type":"mutate","args":{"s":"` + strings.Repeat("y", 975) + `"},"key":"big-3` + strings.Repeat("z", 100) + `"}`, ""},
+		{"another frame type", `{"v":1,"type":"subscribe","key":"big-4","id":"s","resource":"` + title + `"}`, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := c.For(t)
+			c.Send(tt.frame)
+			f := c.Next()
+			switch {
+			case tt.key != "" && (f.Type != protocol.FrameReject || f.Key != tt.key || f.Code != protocol.CodeFrameTooLarge):
+				t.Fatalf("got %+v, want a frame_too_large reject for %s", f, tt.key)
+			case tt.key != "" && (f.Message != "the change is too large" || f.Detail != "frames are limited to 1024 bytes"):
+				t.Fatalf("message %q, detail %q", f.Message, f.Detail)
+			case tt.key == "" && (f.Type != protocol.FrameError || f.ID != "" || f.Code != protocol.CodeFrameTooLarge):
+				t.Fatalf("got %+v, want a connection-level frame_too_large error", f)
+			}
+			c.Probe()
+		})
+	}
+	if runs.Load() != 0 {
+		t.Fatalf("an oversized mutation ran %d times", runs.Load())
+	}
+
+	// Before hello, an oversized mutate is no mutation yet.
+	early := s.dial(t, "alice", "p7")
+	early.Send(frame(`"key":"big-5",`))
+	early.ExpectErrorFor("", protocol.CodeFrameTooLarge)
 }

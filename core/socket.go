@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -50,7 +51,7 @@ func (c *conn) readLoop() {
 		case c.isEnding():
 			// Draining the peer's frames until its close reply arrives.
 		case tooBig:
-			c.sendError("", protocol.Errorf(protocol.CodeFrameTooLarge, "frames are limited to %d bytes", cfg.MaxFrameBytes))
+			c.refuseTooBig(buf)
 		case !c.limiter.allow(time.Now()):
 			// One error per refused run, not one per frame: the answer
 			// must not become a flood of its own.
@@ -78,8 +79,9 @@ func (c *conn) readLoop() {
 var frameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // readFrame reads one message into buf, up to max bytes. A longer message is
-// discarded, up to 16 times max (beyond that the connection is dropped),
-// and reported as tooBig.
+// reported as tooBig with its first max bytes in buf (refuseTooBig reads
+// them); the rest is discarded, up to 16 times max (beyond that the
+// connection is dropped).
 func readFrame(r io.Reader, buf []byte, max int) ([]byte, bool, error) {
 	for {
 		if len(buf) == cap(buf) {
@@ -88,14 +90,15 @@ func readFrame(r io.Reader, buf []byte, max int) ([]byte, bool, error) {
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if len(buf) > max {
+			buf = buf[:max]
 			rest, derr := io.Copy(io.Discard, io.LimitReader(r, 16*int64(max)))
 			if derr != nil {
-				return buf[:0], true, derr
+				return buf, true, derr
 			}
 			if rest == 16*int64(max) {
-				return buf[:0], true, errors.New("tide: frame far beyond the size limit")
+				return buf, true, errors.New("tide: frame far beyond the size limit")
 			}
-			return buf[:0], true, nil
+			return buf, true, nil
 		}
 		if err == io.EOF {
 			return buf, false, nil
@@ -104,6 +107,22 @@ func readFrame(r io.Reader, buf []byte, max int) ([]byte, bool, error) {
 			return buf, false, err
 		}
 	}
+}
+
+// refuseTooBig answers a frame above MaxFrameBytes, of which prefix holds
+// the first MaxFrameBytes bytes. A mutate frame whose key prefix shows (a
+// client writes key right after type) is answered by a reject for that
+// key, so that the client settles the mutation instead of resending it
+// forever; any other frame by a connection-level error.
+func (c *conn) refuseTooBig(prefix []byte) {
+	limit := fmt.Sprintf("frames are limited to %d bytes", c.e.cfg.MaxFrameBytes)
+	if typ, key, ok := protocol.ScanFrameKey(prefix); ok && key != "" && typ == protocol.FrameMutate && c.helloDone {
+		c.e.stats.mutationsRejected.Add(1)
+		c.e.cfg.Observer.Mutated("", "", protocol.CodeFrameTooLarge, 0)
+		c.sendFrame(protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: rejectMessage(protocol.CodeFrameTooLarge), Detail: limit}))
+		return
+	}
+	c.sendError("", &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: limit})
 }
 
 // handleOffStack handles a frame on a short-lived goroutine and waits for
