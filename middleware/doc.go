@@ -16,6 +16,9 @@
 //	GET  /tide/client.js the browser client, an ES module (docs/client-js.md)
 //	POST /tide/token    a channel token for the caller (only with WithTokenEndpoint)
 //
+// The answers of /changes and /mutate name the caller's principal in the
+// Tide-Principal header (PrincipalHeader), as welcome does on the socket.
+//
 // Every other request passes through to the app untouched, with the
 // Tide-Origin request header, if present, put into the request context so
 // the app's writes through core.Table carry it.

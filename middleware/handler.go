@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -144,8 +145,10 @@ func (h *handler) serveWS(w http.ResponseWriter, r *http.Request) {
 
 // readPost checks a POST to one of tide's HTTP routes (method, origin,
 // principal, body size) and returns the principal and the body, or answers
-// the request itself and reports false.
-func (h *handler) readPost(w http.ResponseWriter, r *http.Request, what string) (authz.Principal, []byte, bool) {
+// the request itself and reports false. Once it knows the principal, every
+// answer carries PrincipalHeader. tooBig answers a body above maxPollBody,
+// given its first maxPollBody bytes; nil: a 413 error.
+func (h *handler) readPost(w http.ResponseWriter, r *http.Request, what string, tooBig func(w http.ResponseWriter, prefix []byte) bool) (authz.Principal, []byte, bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the " + what + " endpoint takes POST"})
@@ -160,26 +163,29 @@ func (h *handler) readPost(w http.ResponseWriter, r *http.Request, what string) 
 		writeError(w, http.StatusUnauthorized, &protocol.Error{Code: protocol.CodeUnauthenticated, Message: err.Error()})
 		return authz.Principal{}, nil, false
 	}
+	setPrincipalHeader(w.Header(), p)
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxPollBody+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, &protocol.Error{Code: protocol.CodeBadFrame, Message: "cannot read the request body"})
 		return authz.Principal{}, nil, false
 	}
 	if len(body) > maxPollBody {
-		writeError(w, http.StatusRequestEntityTooLarge, &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: "the request body is too large"})
+		if tooBig == nil || !tooBig(w, body[:maxPollBody]) {
+			writeError(w, http.StatusRequestEntityTooLarge, &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: "the request body is too large", Detail: bodyLimit})
+		}
 		return authz.Principal{}, nil, false
 	}
 	return p, body, true
 }
 
 func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
-	p, body, ok := h.readPost(w, r, "changes")
+	p, body, ok := h.readPost(w, r, "changes", nil)
 	if !ok {
 		return
 	}
 	var req core.PollRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the body is not a JSON poll request: " + err.Error()})
+		writeError(w, http.StatusBadRequest, bodyError("poll request", err))
 		return
 	}
 	out, err := h.e.Poll(r.Context(), p, req)
@@ -192,7 +198,7 @@ func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) serveMutate(w http.ResponseWriter, r *http.Request) {
-	p, body, ok := h.readPost(w, r, "mutate")
+	p, body, ok := h.readPost(w, r, "mutate", rejectTooBig)
 	if !ok {
 		return
 	}
@@ -205,7 +211,7 @@ func (h *handler) serveMutate(w http.ResponseWriter, r *http.Request) {
 	}
 	var f protocol.ClientFrame
 	if err := json.Unmarshal(body, &f); err != nil {
-		writeError(w, http.StatusBadRequest, &protocol.Error{Code: protocol.CodeBadFrame, Message: "the body is not a JSON mutate frame: " + err.Error()})
+		writeError(w, http.StatusBadRequest, bodyError("mutate frame", err))
 		return
 	}
 	ctx := h.e.ContinueTrace(r.Context(), r.Header.Get("traceparent"), r.Header.Get("tracestate"))
@@ -215,6 +221,33 @@ func (h *handler) serveMutate(w http.ResponseWriter, r *http.Request) {
 		status = statusFor(rej.Code)
 	}
 	writeFrame(w, status, out)
+}
+
+// bodyLimit is the detail of a refused body.
+var bodyLimit = fmt.Sprintf("request bodies are limited to %d bytes", maxPollBody)
+
+// rejectTooBig answers a mutate body above the limit with a reject for its
+// key when its first bytes show one (as the WebSocket route does for a
+// frame above its limit), so that the client settles that mutation. It
+// reports false when they do not.
+func rejectTooBig(w http.ResponseWriter, prefix []byte) bool {
+	typ, key, ok := protocol.ScanFrameKey(prefix)
+	if !ok || key == "" || (typ != "" && typ != protocol.FrameMutate) {
+		return false
+	}
+	writeFrame(w, http.StatusRequestEntityTooLarge, protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), &protocol.Error{
+		Code: protocol.CodeFrameTooLarge, Message: "the change is too large", Detail: bodyLimit}))
+	return true
+}
+
+// bodyError is the error of a body that does not decode as a what: its
+// message says what is wrong in JSON's terms, never Go's.
+func bodyError(what string, err error) *protocol.Error {
+	msg := "the body is not a JSON " + what
+	if m, ok := protocol.DescribeJSONError(err, "the body"); ok {
+		msg += ": " + m
+	}
+	return &protocol.Error{Code: protocol.CodeBadFrame, Message: msg, Detail: err.Error()}
 }
 
 // writeFrame answers with a frame as the JSON body.
@@ -281,6 +314,7 @@ func writeError(w http.ResponseWriter, status int, e *protocol.Error) {
 		Type    string        `json:"type"`
 		Code    protocol.Code `json:"code"`
 		Message string        `json:"message"`
-	}{protocol.Version, protocol.FrameError, e.Code, e.Message})
+		Detail  string        `json:"detail,omitempty"`
+	}{protocol.Version, protocol.FrameError, e.Code, e.Message, e.Detail})
 	_, _ = w.Write(body)
 }

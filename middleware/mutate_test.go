@@ -106,3 +106,98 @@ func TestMutateOverHTTP(t *testing.T) {
 		t.Fatalf("cross-site mutate: %d %+v", status, f)
 	}
 }
+
+// TestHTTPPrincipalHeader: the polling and mutation endpoints name the
+// caller's principal in Tide-Principal, errors and rejects included, and
+// send no such header for an anonymous caller.
+func TestHTTPPrincipalHeader(t *testing.T) {
+	v := newEnv(t)
+	post := func(path, cookie, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, v.srv.URL+path, strings.NewReader(body))
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	poll := `{"v":1,"resource":"todos","conditions":{"project_id":"p7"}}`
+	mutate := fmt.Sprintf(`{"v":1,"key":"k1","resource":"todos","name":"none","at":%d}`, time.Now().UnixMilli())
+	for _, tt := range []struct {
+		name, path, cookie, body string
+		status                   int
+		header                   string // "": absent
+	}{
+		{"poll", "/tide/changes", "session=alice", poll, http.StatusOK, "alice"},
+		{"poll refused", "/tide/changes", "session=bob", `{"v":1,"resource":"todos","conditions":{"project_id":"p9"}}`, http.StatusForbidden, "bob"},
+		{"poll, anonymous", "/tide/changes", "", poll, http.StatusUnauthorized, ""},
+		{"mutate rejected", "/tide/mutate", "session=alice", mutate, http.StatusNotFound, "alice"},
+		{"mutate, anonymous", "/tide/mutate", "", mutate, http.StatusNotFound, ""},
+		{"an id with a percent sign", "/tide/changes", "session=50%off", poll, http.StatusOK, "50%25off"},
+		{"a body that is not JSON", "/tide/changes", "session=alice", `{`, http.StatusBadRequest, "alice"},
+	} {
+		resp := post(tt.path, tt.cookie, tt.body)
+		got, set := resp.Header[middleware.PrincipalHeader]
+		switch {
+		case resp.StatusCode != tt.status:
+			t.Errorf("%s: status %d, want %d", tt.name, resp.StatusCode, tt.status)
+		case tt.header == "" && set:
+			t.Errorf("%s: %s %q for an anonymous caller", tt.name, middleware.PrincipalHeader, got)
+		case tt.header != "" && (len(got) != 1 || got[0] != tt.header):
+			t.Errorf("%s: %s %q, want %q", tt.name, middleware.PrincipalHeader, got, tt.header)
+		}
+	}
+}
+
+// TestMutateOverHTTPTooLarge: a mutate body above the limit is answered
+// 413 with a frame_too_large reject for its key when the body's first
+// bytes show it, and with a 413 error otherwise; a body that does not
+// decode is refused in JSON's terms, not Go's.
+func TestMutateOverHTTPTooLarge(t *testing.T) {
+	v := newEnv(t)
+	big := strings.Repeat("x", 70<<10)
+	post := func(body string) (int, protocol.ServerFrame) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, v.srv.URL+"/tide/mutate", strings.NewReader(body))
+		req.Header.Set("Cookie", "session=alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		f, err := protocol.DecodeServerFrame(b)
+		if err != nil {
+			t.Fatalf("body %q: %v", b, err)
+		}
+		return resp.StatusCode, f
+	}
+	status, f := post(`{"v":1,"type":"mutate","key":"big-1","resource":"todos","name":"add","args":{"title":"` + big + `"},"at":1}`)
+	if status != http.StatusRequestEntityTooLarge || f.Type != protocol.FrameReject || f.Key != "big-1" || f.Code != protocol.CodeFrameTooLarge ||
+		f.Message != "the change is too large" || f.Detail != "request bodies are limited to 65536 bytes" {
+		t.Fatalf("key first: %d %+v", status, f)
+	}
+	status, f = post(`{"v":1,"key":"big-2","args":{"title":"` + big + `"}}`)
+	if status != http.StatusRequestEntityTooLarge || f.Type != protocol.FrameReject || f.Key != "big-2" {
+		t.Fatalf("without type: %d %+v", status, f)
+	}
+	for _, body := range []string{
+		`{"v":1,"args":{"title":"` + big + `"},"key":"big-3"}`,
+		`{"v":1,"type":"subscribe","key":"big-4","args":{"title":"` + big + `"}}`,
+	} {
+		status, f = post(body)
+		if status != http.StatusRequestEntityTooLarge || f.Type != protocol.FrameError || f.Code != protocol.CodeFrameTooLarge {
+			t.Fatalf("%.40s: %d %+v", body, status, f)
+		}
+	}
+	status, f = post(`{"v":1,"key":7}`)
+	if status != http.StatusBadRequest || f.Code != protocol.CodeBadFrame || f.Message != "the body is not a JSON mutate frame: key must be a string" ||
+		!strings.Contains(f.Detail, "cannot unmarshal number") {
+		t.Fatalf("undecodable: %d %+v", status, f)
+	}
+}
