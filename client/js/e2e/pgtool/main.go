@@ -4,6 +4,9 @@
 //
 //	pgtool create            prints the new schema's name
 //	pgtool query SCHEMA SQL  prints each row as a JSON array, one a line
+//	pgtool exec SCHEMA SQL   runs SQL, which may be several statements (the
+//	                         simple protocol: one session, one implicit
+//	                         transaction), and prints nothing
 //	pgtool drop SCHEMA       drops SCHEMA and SCHEMA_tide
 //
 // The database is TIDE_TEST_DATABASE_URL (default: the local test database).
@@ -68,6 +71,9 @@ func run(args []string) error {
 			fmt.Println(string(line))
 		}
 		return rows.Err()
+	case len(args) == 3 && args[0] == "exec":
+		_, err := conn.Exec(ctx, "SET search_path TO "+pgx.Identifier{args[1]}.Sanitize()+"; "+args[2], pgx.QueryExecModeSimpleProtocol)
+		return err
 	case len(args) == 2 && args[0] == "drop":
 		for _, s := range []string{args[1], args[1] + "_tide"} {
 			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE"); err != nil {
@@ -76,5 +82,5 @@ func run(args []string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("usage: pgtool create | query SCHEMA SQL | drop SCHEMA")
+	return fmt.Errorf("usage: pgtool create | query SCHEMA SQL | exec SCHEMA SQL | drop SCHEMA")
 }
