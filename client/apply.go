@@ -29,6 +29,9 @@ func (s *session) apply(ctx context.Context, inst *subInst, f protocol.ServerFra
 			s.protocolError(st, fmt.Errorf("subscription %s (%s): %w", f.ID, st.scope, err))
 			return
 		}
+		if st.copy == nil {
+			entries = c.dropEchoes(st, inst.live, entries, f.Cursor)
+		}
 		b.Entries = entries
 		if !inst.needReset {
 			stored, err := c.storedCursor(context.WithoutCancel(ctx), st)
@@ -54,6 +57,14 @@ func (s *session) apply(ctx context.Context, inst *subInst, f protocol.ServerFra
 		s.applySync(ctx, inst, f, b)
 		return
 	}
+	switch {
+	case b.Reset:
+		c.lmu.Lock()
+		st.echoes = nil // the app drops its copy: everything comes again
+		c.lmu.Unlock()
+	case b.CaughtUp:
+		c.dropEchoes(st, false, nil, f.Cursor)
+	}
 	if err := st.handler.Apply(ctx, b); err != nil {
 		if ctx.Err() != nil {
 			return // Run is ending; nothing was persisted
@@ -72,13 +83,13 @@ func (s *session) apply(ctx context.Context, inst *subInst, f protocol.ServerFra
 	switch f.Type {
 	case protocol.FrameReset:
 		mutate = func(r *Record) bool {
-			r.Cursor, r.State = "", StateSyncing
+			r.Cursor, r.State, r.Refusal = "", StateSyncing, ""
 			return true
 		}
 	case protocol.FrameCaughtUp:
 		mutate = func(r *Record) bool {
-			changed := r.State != StateLive
-			r.State = StateLive
+			changed := r.State != StateLive || r.Refusal != ""
+			r.State, r.Refusal = StateLive, ""
 			if newer(f.Cursor, r.Cursor) {
 				r.Cursor, changed = f.Cursor, true
 			}
@@ -88,7 +99,7 @@ func (s *session) apply(ctx context.Context, inst *subInst, f protocol.ServerFra
 		mutate = func(r *Record) bool {
 			changed := false
 			if r.State != StateLive && r.State != StateSyncing {
-				r.State, changed = StateSyncing, true
+				r.State, r.Refusal, changed = StateSyncing, "", true
 			}
 			if newer(f.Cursor, r.Cursor) {
 				r.Cursor, changed = f.Cursor, true
@@ -148,7 +159,7 @@ func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.Serve
 	persisted := false
 	err := c.persist(context.WithoutCancel(ctx), st, current, func(r *Record) bool {
 		persisted = true
-		r.Copy, r.Rows, r.Cursor = true, base, cursor
+		r.Copy, r.Rows, r.Cursor, r.Refusal = true, base, cursor, ""
 		switch {
 		case f.Type == protocol.FrameCaughtUp:
 			r.State = StateLive
@@ -190,19 +201,12 @@ func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.Serve
 	}
 }
 
-// entries checks and filters a frame's entries for inst: an entry without
-// a resource gets the scope's, an entry of another resource is an error
-// (the protocol asks clients to fail loudly). For a Handler's scope, live
-// entries of this client's own origin are removed (the app holds its own
-// writes); catch-up entries are kept whatever their origin, so a write made
-// on the client's behalf while it was away reaches its copy. A synced
-// scope's store takes every entry: an echo of a row the client already
-// shows from its own mutation leaves the rows unchanged and notifies no
-// one.
+// entries checks a frame's entries for inst: an entry without a resource
+// gets the scope's, an entry of another resource is an error (the protocol
+// asks clients to fail loudly). Which of them a Handler's scope skips as
+// echoes of its own mutations is dropEchoes's decision (echo.go).
 func (s *session) entries(inst *subInst, in []protocol.Entry) ([]protocol.Entry, error) {
 	st := inst.st
-	dropOwn := st.copy == nil && inst.live
-	origin := s.c.cfg.Origin
 	out := in[:0]
 	for i := range in {
 		e := in[i]
@@ -213,9 +217,6 @@ func (s *session) entries(inst *subInst, in []protocol.Entry) ([]protocol.Entry,
 			return nil, fmt.Errorf("entry %d (key %q) names no resource, in a subscription of several", i, e.Key)
 		case !st.norm.has(e.Resource):
 			return nil, fmt.Errorf("entry %d (key %q) is of resource %q, unknown to this subscription of %s", i, e.Key, e.Resource, st.scope)
-		}
-		if dropOwn && e.Origin != "" && e.Origin == origin {
-			continue
 		}
 		out = append(out, e)
 	}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,8 +33,14 @@ type Config struct {
 	// A server with another build reports EventUpdateAvailable. Optional.
 	Build string
 	// Origin is this device's origin id, sent in hello (at most 128 bytes).
-	// Entries written with this origin are removed from batches. Zero
-	// value: a random id generated once per Client (see Client.Origin).
+	// The server keeps mutations' idempotency keys per principal and
+	// origin, and tags the rows they write with it. Zero value: the origin
+	// the Store records (Meta.Origin), which the first Client on the store
+	// generates at random and saves, so every later Client on that store
+	// (after a restart, say) resends its queue under the same origin; with
+	// a Store that is not a MetaStore, a random id per Client. A non-zero
+	// Origin overrides the stored one, and is recorded in a store that has
+	// none yet. See Client.Origin.
 	Origin string
 	// Token returns a channel token for hello. It is called on every
 	// connect, and again when the server asks for a fresh token; it must
@@ -114,9 +119,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if len(errs) > 0 {
 		return cfg, fmt.Errorf("client: invalid config: %w", errors.Join(errs...))
-	}
-	if cfg.Origin == "" {
-		cfg.Origin = "go-" + rand.Text()
 	}
 	if cfg.Store == nil {
 		cfg.Store = NewMemoryStore()

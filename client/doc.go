@@ -84,10 +84,17 @@
 //	res, err := m.Wait(ctx) // ack, *RejectError, or *ConflictError
 //
 // Each mutation has an idempotency key (generated, or the caller's) and a
-// client sequence number; the server applies a key at most once. Mutations
-// are kept in an offline queue, persisted with the rows in a FileStore,
-// sent in sequence order after the subscriptions of each connection, and
-// resent with their original key and time until answered. When the server
+// client sequence number; the server applies a key at most once per
+// principal and origin. Mutations are kept in an offline queue, persisted
+// with the rows in a FileStore, sent in sequence order after the
+// subscriptions of each connection, and resent with their original key and
+// time until answered. The store also keeps the device's origin (Meta), so
+// a mutation restored after a restart is resent under the origin it was
+// first sent under and the server answers it from its record (Replayed)
+// instead of running it again. A mutation that could never be sent (args
+// that are not a JSON object, a frame over the server's limit) is refused
+// at Mutate with a *RejectError, and a queued one the server can never
+// take is settled as rejected; none stays pending forever. When the server
 // acknowledges key K the client rolls back K and every later optimistic
 // write, newest first, lands the server's rows under K's Strategy
 // (ServerWins by default, LastWriteWins, or a Merge of local, base and
@@ -111,12 +118,18 @@
 //	           "resource": "todos", "name": "rename", "args": {...},
 //	           "at": 1764590000000, "strategy": "server-wins",
 //	           "ops": [{"op": "upsert", "key": "t1", "row": {...}, "resource": "todos"}],
-//	           "acked": false, "cursor": ""}]}}
+//	           "acked": false, "cursor": ""}]},
+//	 "meta": {"origin": "go-...", "principal": "u1", "bound": true,
+//	          "max_frame_bytes": 65536}}
 //
 // A synced scope's rows and cursor are one record, saved in one write per
 // applied batch, so a restart resumes a complete copy. A record with a
 // cursor but without "copy" is never used to resume a synced scope: it
-// starts over from a snapshot.
+// starts over from a snapshot. A failed record says why in "refusal"; one
+// refused for access has neither rows nor cursor. "meta" holds the device's
+// origin, the principal the store belongs to and the server's frame limit
+// (see Meta); a file without it (written by an older client) is read as it
+// is and gets its origin from the first Client on it.
 //
 // # Guarantees
 //
@@ -137,12 +150,29 @@
 //   - Fresh starts are explicit. When a scope is subscribed without a
 //     cursor (first use, after a reset, after invalid_cursor), the first
 //     batch has Reset set (a synced scope drops its rows).
-//   - Own writes converge. Catch-up entries are applied whatever their
-//     origin, so a write made for this client while it was away reaches
-//     its copy. Live entries of this client's origin are dropped from a
-//     Handler's batches (the cursor still advances); a synced scope applies
-//     them to its store, where an echo of a row it already shows from its
-//     own mutation changes nothing and notifies no one.
+//   - Own writes converge. Every entry is applied whatever its origin,
+//     except that a Handler's scope skips the live echo of a row the client
+//     already delivered in its own mutation's ack (Result.Entries; the
+//     same row, compared as JSON, with nothing else of that row delivered
+//     since; the cursor still advances). So rows a mutator wrote with
+//     plain SQL, a row the write moved out of the scope, and later
+//     versions all arrive. A synced scope applies every entry to its
+//     store, where an echo of a row it already shows from its own mutation
+//     changes nothing and notifies no one.
+//   - At most once across restarts. The store keeps the device's origin
+//     beside the queue, so a restored mutation is resent under the origin
+//     it was first sent under.
+//   - Local data follows access. A scope refused for access (forbidden,
+//     unauthenticated, or a 1008 close Run does not retry) loses its rows
+//     and cursor, in memory and in the store, at once; Subscription.Retry
+//     resumes it. A store belongs to the principal of its first welcome:
+//     Run stops with ErrOtherPrincipal, before subscribing or sending
+//     anything, when the server names another.
+//   - Honest state. After a welcome announcing a heartbeat (heartbeat_ms,
+//     H), a connection on which nothing arrives for 2·H is closed, reported
+//     (EventDisconnected, ErrDeadConnection) and replaced; the server's
+//     ping frames are answered with pong. No subscription is live while
+//     its connection is down.
 //   - Whole transactions. A scope of several resources gets the changes of
 //     one server transaction in one Batch.
 //   - Loud failures. An entry of a resource the subscription does not
@@ -172,10 +202,13 @@
 //     (1008 after welcome) reconnects with fresh credentials from Token and
 //     HeaderFunc.
 //   - A subscription the server refuses shows in Subscription.State
-//     (SubFailed) and Err (the *protocol.Error with its code); Wait
-//     returns it. unauthenticated, with Token or HeaderFunc set, reconnects
-//     with fresh credentials; other codes are tried again on the next
-//     connection. See Client for each code.
+//     (SubFailed) and Err (the *protocol.Error with its code, message and
+//     detail); Wait returns it. unauthenticated, with Token or HeaderFunc
+//     set, reconnects with fresh credentials; other codes are tried again
+//     on the next connection, or at once by Subscription.Retry. See Client
+//     for each code.
+//   - A welcome naming another principal than the store's ends Run with
+//     an error wrapping ErrOtherPrincipal: use one store per user.
 //
 // # Costs
 //

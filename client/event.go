@@ -28,8 +28,8 @@ const EventDisconnected EventKind = "disconnected"
 // Config.Build; reload or update when convenient.
 const EventUpdateAvailable EventKind = "update-available"
 
-// EventServerError: the server sent an error frame. Code and Message
-// are the frame's; for an error about a subscription, Scope and
+// EventServerError: the server sent an error frame. Code, Message and
+// Detail are the frame's; for an error about a subscription, Scope and
 // SubscriptionID name it and the subscription has ended (see Client for
 // what the client does next).
 const EventServerError EventKind = "server-error"
@@ -66,9 +66,13 @@ const EventTokenRefreshed EventKind = "token-refreshed"
 // refresh); Run goes on.
 const EventTokenError EventKind = "token-error"
 
-// EventMutationRejected: the server rejected the mutation Key with
-// Code and Message. Its local change was rolled back, except for
-// unavailable and draining, after which the client resends it.
+// EventMutationRejected: the mutation Key was rejected with Code,
+// Message and Detail, and its local change rolled back; except for
+// unavailable and draining, after which the client resends it. The
+// rejection is the server's, or the client's own for a queued mutation
+// that can never be delivered: frame_too_large (its frame exceeds the
+// limit the server announced since it was queued) or CodeUndeliverable
+// (the server closed the connection each of five times it was sent).
 const EventMutationRejected EventKind = "mutation-rejected"
 
 // EventMutationConflict: the Strategy of the mutation Key reported a
@@ -82,8 +86,9 @@ type Event struct {
 	Kind           EventKind
 	Scope          Scope              // the scope concerned, if any
 	SubscriptionID string             // the subscription concerned, if any
-	Code           protocol.Code      // EventServerError
-	Message        string             // EventServerError
+	Code           protocol.Code      // EventServerError, EventMutationRejected
+	Message        string             // EventServerError, EventMutationRejected: short, fit to show a person
+	Detail         string             // EventServerError, EventMutationRejected: for developers and logs
 	Reason         string             // EventReset; EventDisconnected: the close reason
 	Build          string             // EventConnected, EventUpdateAvailable
 	Cursor         string             // EventCaughtUp

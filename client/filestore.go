@@ -32,6 +32,7 @@ type FileStore struct {
 	mu    sync.Mutex // serializes writes so the file always holds the latest records
 	recs  map[string]Record
 	queue Queue
+	meta  Meta
 }
 
 // fileFormat is the file's content (docs: client/doc.go, "Store file").
@@ -39,11 +40,13 @@ type fileFormat struct {
 	Version int      `json:"version"`
 	Records []Record `json:"records"`
 	Queue   *Queue   `json:"queue,omitempty"`
+	Meta    *Meta    `json:"meta,omitempty"`
 }
 
-// fileFormatVersion is the file's format. The rows, copy and queue fields
-// were added to version 1 compatibly: a file without them is a store of
-// cursors only.
+// fileFormatVersion is the file's format. The rows, copy, queue and meta
+// fields were added to version 1 compatibly: a file without them is a store
+// of cursors only, and a file without meta gets its origin from the first
+// Client that opens it.
 const fileFormatVersion = 1
 
 // NewFileStore opens the store in the file at path, creating nothing until
@@ -62,11 +65,11 @@ func NewFileStore(path string) (*FileStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: open cursor store: %w", err)
 	}
-	recs, q, err := decodeStoreFile(data)
+	recs, q, m, err := decodeStoreFile(data)
 	if err != nil {
 		return nil, fmt.Errorf("client: cursor store %s: %w", path, err)
 	}
-	s.recs, s.queue = recs, q
+	s.recs, s.queue, s.meta = recs, q, m
 	return s, nil
 }
 
@@ -75,18 +78,38 @@ var errCorrupt = errors.New("corrupt store file")
 
 // decodeStoreFile parses a store file. It never panics; a file that is not
 // exactly one store object of a known version is an error.
-func decodeStoreFile(data []byte) (map[string]Record, Queue, error) {
+func decodeStoreFile(data []byte) (map[string]Record, Queue, Meta, error) {
 	var f fileFormat
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&f); err != nil {
-		return nil, Queue{}, fmt.Errorf("%w: %v", errCorrupt, err)
+		return nil, Queue{}, Meta{}, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
 	if dec.More() {
-		return nil, Queue{}, fmt.Errorf("%w: data after the JSON object", errCorrupt)
+		return nil, Queue{}, Meta{}, fmt.Errorf("%w: data after the JSON object", errCorrupt)
 	}
 	if f.Version != fileFormatVersion {
-		return nil, Queue{}, fmt.Errorf("format version %d; this client reads %d", f.Version, fileFormatVersion)
+		return nil, Queue{}, Meta{}, fmt.Errorf("format version %d; this client reads %d", f.Version, fileFormatVersion)
 	}
+	var m Meta
+	if f.Meta != nil {
+		m = *f.Meta
+	}
+	if err := checkText("origin", m.Origin, maxOriginBytes); err != nil {
+		return nil, Queue{}, Meta{}, fmt.Errorf("%w: meta: %v", errCorrupt, err)
+	}
+	if m.MaxFrameBytes < 0 {
+		return nil, Queue{}, Meta{}, fmt.Errorf("%w: meta: negative max_frame_bytes", errCorrupt)
+	}
+	recs, q, err := decodeRecordsAndQueue(f)
+	if err != nil {
+		return nil, Queue{}, Meta{}, err
+	}
+	return recs, q, m, nil
+}
+
+// decodeRecordsAndQueue checks and normalizes the records and the queue of
+// a decoded file.
+func decodeRecordsAndQueue(f fileFormat) (map[string]Record, Queue, error) {
 	recs := make(map[string]Record, len(f.Records))
 	for i, r := range f.Records {
 		if r.Digest == "" {
@@ -196,7 +219,7 @@ func (s *FileStore) Save(_ context.Context, r Record) error {
 	defer s.mu.Unlock()
 	next := maps.Clone(s.recs)
 	next[r.Digest] = cloneRecord(r)
-	if err := s.write(next, s.queue); err != nil {
+	if err := s.write(next, s.queue, s.meta); err != nil {
 		return err
 	}
 	s.recs = next
@@ -212,7 +235,7 @@ func (s *FileStore) Delete(_ context.Context, digest string) error {
 	}
 	next := maps.Clone(s.recs)
 	delete(next, digest)
-	if err := s.write(next, s.queue); err != nil {
+	if err := s.write(next, s.queue, s.meta); err != nil {
 		return err
 	}
 	s.recs = next
@@ -231,19 +254,40 @@ func (s *FileStore) SaveQueue(_ context.Context, q Queue) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q = cloneQueue(q)
-	if err := s.write(s.recs, q); err != nil {
+	if err := s.write(s.recs, q, s.meta); err != nil {
 		return err
 	}
 	s.queue = q
 	return nil
 }
 
-// write replaces the file with recs and q: temp file, fsync, rename, fsync
-// of the directory. The caller holds s.mu.
-func (s *FileStore) write(recs map[string]Record, q Queue) (err error) {
+// LoadMeta implements MetaStore.
+func (s *FileStore) LoadMeta(context.Context) (Meta, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.meta, nil
+}
+
+// SaveMeta implements MetaStore, with one atomic rewrite of the file.
+func (s *FileStore) SaveMeta(_ context.Context, m Meta) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.write(s.recs, s.queue, m); err != nil {
+		return err
+	}
+	s.meta = m
+	return nil
+}
+
+// write replaces the file with recs, q and m: temp file, fsync, rename,
+// fsync of the directory. The caller holds s.mu.
+func (s *FileStore) write(recs map[string]Record, q Queue, m Meta) (err error) {
 	f := fileFormat{Version: fileFormatVersion, Records: make([]Record, 0, len(recs))}
 	if q.Seq != 0 || len(q.Mutations) > 0 {
 		f.Queue = &q
+	}
+	if m != (Meta{}) {
+		f.Meta = &m
 	}
 	for _, d := range slices.Sorted(maps.Keys(recs)) {
 		f.Records = append(f.Records, recs[d])

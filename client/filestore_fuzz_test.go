@@ -14,8 +14,10 @@ func FuzzDecodeStoreFile(f *testing.F) {
 	f.Add([]byte(`{"version":1,"records":[],"queue":{"seq":1,"mutations":[{"key":"k","seq":1,"resource":"todos","name":"x","at":1,"strategy":"last-write-wins:updatedAt","acked":true,"cursor":"1.E.9"}]}}`))
 	f.Add([]byte(`{"version":1,"records":[{"digest":"a","rows":{"t1":[]}}]}`))
 	f.Add([]byte(`{"version":1,"queue":{"seq":0,"mutations":[{"key":"k","seq":3}]}}`))
+	f.Add([]byte(`{"version":1,"records":[],"meta":{"origin":"go-ABC","principal":"u1","bound":true,"max_frame_bytes":65536}}`))
+	f.Add([]byte(`{"version":1,"records":[],"meta":{"origin":"go-\u0001","max_frame_bytes":-1}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		recs, q, err := decodeStoreFile(data)
+		recs, q, m, err := decodeStoreFile(data)
 		if err != nil {
 			return
 		}
@@ -24,15 +26,16 @@ func FuzzDecodeStoreFile(f *testing.F) {
 			ff.Records = append(ff.Records, r)
 		}
 		ff.Queue = &q
+		ff.Meta = &m
 		out, err := json.Marshal(ff)
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		recs2, q2, err := decodeStoreFile(out)
+		recs2, q2, m2, err := decodeStoreFile(out)
 		if err != nil {
 			t.Fatalf("a re-encoded store is refused: %v\n%s", err, out)
 		}
-		if len(recs2) != len(recs) || q2.Seq != q.Seq || len(q2.Mutations) != len(q.Mutations) {
+		if len(recs2) != len(recs) || q2.Seq != q.Seq || len(q2.Mutations) != len(q.Mutations) || m2 != m {
 			t.Fatalf("round trip changed the store:\n%s", out)
 		}
 		for d, r := range recs {

@@ -298,9 +298,23 @@ type realServer struct {
 	url    string
 }
 
-// newRealServer serves a fresh engine (in-memory feed) with a "todos"
-// resource anyone may subscribe to, on a loopback httptest server.
+// newRealServer serves a fresh engine (cfg.Feed, in memory by default)
+// with a "todos" resource anyone may subscribe to, on a loopback httptest
+// server.
 func newRealServer(t *testing.T, cfg core.Config) *realServer {
+	t.Helper()
+	return newRealServerWith(t, cfg, authz.Allow)
+}
+
+// headerPrincipal identifies the caller by the X-User request header:
+// anonymous without one.
+func headerPrincipal(r *http.Request) (authz.Principal, error) {
+	return authz.Principal{ID: r.Header.Get("X-User")}, nil
+}
+
+// newRealServerWith is newRealServer with the todos' policy and the
+// middleware's options (middleware.WithPrincipal(headerPrincipal), say).
+func newRealServerWith(t *testing.T, cfg core.Config, policy authz.Policy, opts ...middleware.Option) *realServer {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -309,11 +323,11 @@ func newRealServer(t *testing.T, cfg core.Config) *realServer {
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
 	}
-	tbl, err := core.Register(e, core.Resource[todo]{Table: "todos", Authorize: authz.Allow})
+	tbl, err := core.Register(e, core.Resource[todo]{Table: "todos", Authorize: policy})
 	if err != nil {
 		t.Fatalf("core.Register: %v", err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e))
+	srv := httptest.NewServer(middleware.Handler(e, opts...))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
 		defer cancel()

@@ -163,19 +163,53 @@ func (p *PendingMutation) resolve(res Result, err error) {
 	close(p.done)
 }
 
-// RejectError is the error a mutation's Wait returns when the server
-// refused it: nothing was written, and the optimistic write was rolled
-// back.
+// RejectError is a mutation's refusal. Wait returns it when the mutation
+// was rejected (nothing was written, and the optimistic write was rolled
+// back): by the server, or by the client for a queued mutation it can
+// never deliver (frame_too_large, CodeUndeliverable). Mutate returns it for
+// a mutation it refuses at once (frame_too_large, invalid_args): nothing
+// was queued, sent or changed.
+//
+// Show Message to a person; log Detail. Error() is the code and the
+// message, without the key.
 type RejectError struct {
-	Key     string
-	Code    protocol.Code // forbidden, invalid_args, conflict, unknown_mutator, mutator_error, key_expired, ...
+	// Key is the mutation's idempotency key.
+	Key string
+	// Code is the stable reason: forbidden, invalid_args, conflict,
+	// unknown_mutator, mutator_error, key_expired, frame_too_large,
+	// undeliverable, ...
+	Code protocol.Code
+	// Message is short and fit to show a person: the server's message
+	// (for invalid_args and conflict raised by a mutator, the mutator's own
+	// words, e.g. "title must be 1-200 characters (got 0)"), or the
+	// client's for a refusal of its own. Not stable.
 	Message string
+	// Detail is for developers and logs: what went wrong, in full. It may
+	// be empty; not stable.
+	Detail string
 }
 
-// Error describes the refusal.
+// Error returns "tide: <code>: <message>", e.g.
+// "tide: invalid_args: title must be 1-200 characters (got 0)".
 func (e *RejectError) Error() string {
-	return fmt.Sprintf("client: mutation %s rejected: %s: %s", e.Key, e.Code, e.Message)
+	if e.Message == "" {
+		return "tide: " + string(e.Code)
+	}
+	return "tide: " + string(e.Code) + ": " + e.Message
 }
+
+// CodeUndeliverable is the code of the RejectError of a queued mutation
+// the server never answered although it was sent on maxCloses (5)
+// connections in a row that the server closed: something in it keeps the
+// server from answering, and resending it forever would stall nothing but
+// itself. A connection lost without the server's close frame (a network
+// loss, the client's own Reconnect) does not count, nor does a close for
+// drain (4002) or going away (1001).
+const CodeUndeliverable protocol.Code = "undeliverable"
+
+// maxCloses is how many server-closed connections a queued mutation may
+// be sent on without an answer before it is settled as undeliverable.
+const maxCloses = 5
 
 // ErrDuplicateKey is returned by Mutate for a key the client's log still
 // holds.
@@ -186,6 +220,13 @@ var ErrDuplicateKey = errors.New("client: mutation key already in use")
 // connection (the offline queue, persisted in Config.Store when it is a
 // QueueStore, as MemoryStore and FileStore are). It returns when m is
 // recorded; Wait on the handle for the server's answer.
+//
+// A mutation that could never be sent is refused at once with a
+// *RejectError, before Local runs and without queueing anything: code
+// invalid_args when Args does not encode to a JSON object, code
+// frame_too_large when its mutate frame would exceed the server's frame
+// limit (max_frame_bytes of the last welcome, remembered in the store;
+// 65536 bytes before any).
 //
 // Each mutation gets the next client sequence number (persisted with the
 // queue) and its creation time; mutations are sent in sequence order, after
@@ -209,18 +250,6 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (*PendingMutation, erro
 	if err := checkText("name", m.Name, maxNameBytes); err != nil {
 		return nil, fmt.Errorf("client: Mutate: %w", err)
 	}
-	var args json.RawMessage
-	if m.Args != nil {
-		raw, err := json.Marshal(m.Args)
-		if err != nil {
-			return nil, fmt.Errorf("client: Mutate: args: %w", err)
-		}
-		if string(raw) != "null" {
-			if args, err = normRow(raw); err != nil {
-				return nil, fmt.Errorf("client: Mutate: args: %w", err)
-			}
-		}
-	}
 	key := m.Key
 	if key == "" {
 		var b [16]byte
@@ -228,6 +257,20 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (*PendingMutation, erro
 		key = hex.EncodeToString(b[:])
 	} else if err := checkText("key", key, protocol.MaxKeyLen); err != nil {
 		return nil, fmt.Errorf("client: Mutate: %w", err)
+	}
+	var args json.RawMessage
+	if m.Args != nil {
+		raw, err := json.Marshal(m.Args)
+		if err != nil {
+			return nil, &RejectError{Key: key, Code: protocol.CodeInvalidArgs, Message: "the arguments cannot be sent",
+				Detail: fmt.Sprintf("%s.%s: the arguments do not encode as JSON: %v", m.Resource, m.Name, err)}
+		}
+		if string(raw) != "null" {
+			if args, err = normRow(raw); err != nil {
+				return nil, &RejectError{Key: key, Code: protocol.CodeInvalidArgs, Message: "the arguments cannot be sent",
+					Detail: fmt.Sprintf("%s.%s: the arguments encode as %s, not as a JSON object", m.Resource, m.Name, jsonKind(raw))}
+			}
+		}
 	}
 	if err := checkText("traceparent", m.TraceParent, protocol.MaxTraceParentLen); err != nil {
 		return nil, fmt.Errorf("client: Mutate: %w", err)
@@ -237,10 +280,20 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (*PendingMutation, erro
 		strategy = ServerWins{}
 	}
 
+	limit := c.frameLimit()
 	c.lmu.Lock()
 	if c.rep.find(key) >= 0 {
 		c.lmu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrDuplicateKey, key)
+	}
+	it := &logItem{
+		key: key, seq: c.rep.seq + 1, resource: m.Resource, name: m.Name, args: args,
+		at: time.Now().UnixMilli(), strategy: strategy, strategyName: strategyName(strategy),
+		traceparent: m.TraceParent,
+	}
+	if n := len(it.frame()); n > limit {
+		c.lmu.Unlock()
+		return nil, tooLarge(it, n, limit)
 	}
 	tx := &LocalTx{r: c.rep}
 	if m.Local != nil {
@@ -250,12 +303,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (*PendingMutation, erro
 		}
 	}
 	tx.r = nil
-	h := newHandle(key, c.rep.seq+1)
-	it := &logItem{
-		key: key, seq: h.seq, resource: m.Resource, name: m.Name, args: args,
-		at: time.Now().UnixMilli(), strategy: strategy, strategyName: strategyName(strategy),
-		traceparent: m.TraceParent, ops: tx.ops, handle: h,
-	}
+	it.ops, it.handle = tx.ops, newHandle(key, it.seq)
+	h := it.handle
 	c.rep.seq++
 	c.rep.log = append(c.rep.log, it)
 	if err := c.saveQueueLocked(ctx); err != nil {
@@ -302,6 +351,7 @@ func (c *Client) saveQueueLocked(ctx context.Context) error {
 		q.Mutations = append(q.Mutations, QueuedMutation{
 			Key: it.key, Seq: it.seq, Resource: it.resource, Name: it.name, Args: it.args, At: it.at,
 			Strategy: it.strategyName, Ops: slices.Clone(it.ops), Acked: it.acked, Cursor: it.cursor, TraceParent: it.traceparent,
+			Closes: it.closes,
 		})
 	}
 	return c.qstore.SaveQueue(context.WithoutCancel(ctx), q)
@@ -322,7 +372,7 @@ func (c *Client) loadQueue(ctx context.Context) error {
 		it := &logItem{
 			key: m.Key, seq: m.Seq, resource: m.Resource, name: m.Name, args: m.Args, at: m.At,
 			strategy: strategyFromName(m.Strategy), strategyName: m.Strategy,
-			ops: m.Ops, acked: m.Acked, cursor: m.Cursor, traceparent: m.TraceParent, handle: h,
+			ops: m.Ops, acked: m.Acked, cursor: m.Cursor, traceparent: m.TraceParent, closes: m.Closes, handle: h,
 		}
 		if it.acked {
 			h.resolve(Result{Key: m.Key, Cursor: m.Cursor}, nil)
@@ -344,24 +394,91 @@ func (s *session) flushMutations() {
 	if !ok {
 		return
 	}
+	limit := c.frameLimit()
 	c.lmu.Lock()
-	var frames []protocol.ClientFrame
+	type out struct {
+		key  string
+		data []byte
+	}
+	var frames []out
+	var refused []*RejectError
 	for _, it := range c.rep.log {
 		if it.acked || it.handle == nil || s.sent[it.key] {
 			continue
 		}
-		frames = append(frames, protocol.ClientFrame{
-			V: protocol.Version, Type: protocol.FrameMutate, Key: it.key, Seq: it.seq,
-			Resource: it.resource, Name: it.name, Args: it.args, At: it.at, TraceParent: it.traceparent,
-		})
+		data := it.frame()
+		if len(data) > limit {
+			// Queued under a larger limit (or by an older client): the
+			// server would refuse the frame without reading its key.
+			refused = append(refused, tooLarge(it, len(data), limit))
+			continue
+		}
+		frames = append(frames, out{it.key, data})
 	}
 	c.lmu.Unlock()
-	for _, f := range frames {
-		if err := s.write(f); err != nil {
+	for _, re := range refused {
+		if err := c.settleRejected(s.ctx, re); err != nil {
+			s.queueError(err)
 			return
 		}
-		s.sent[f.Key] = true
 	}
+	for _, f := range frames {
+		if err := s.writeData(protocol.FrameMutate, f.data); err != nil {
+			return
+		}
+		s.sent[f.key] = true
+	}
+}
+
+// frame encodes the item's mutate frame, as it is sent: key comes right
+// after type, so a server that refuses the frame for its size can still
+// read the key from its first bytes and answer reject instead of a
+// connection-level error.
+func (it *logItem) frame() []byte {
+	data, err := json.Marshal(mutateFrame{
+		V: protocol.Version, Type: protocol.FrameMutate, Key: it.key, Seq: it.seq,
+		Resource: it.resource, Name: it.name, Args: it.args, At: it.at, TraceParent: it.traceparent,
+	})
+	if err != nil {
+		panic("client: encoding a mutate frame: " + err.Error()) // args are checked JSON objects
+	}
+	return data
+}
+
+// mutateFrame is the wire form of a mutate frame, with its fields in the
+// order they are sent (protocol.ClientFrame's order puts key late).
+type mutateFrame struct {
+	V           int             `json:"v"`
+	Type        string          `json:"type"`
+	Key         string          `json:"key"`
+	Seq         int64           `json:"seq,omitempty"`
+	Resource    string          `json:"resource"`
+	Name        string          `json:"name"`
+	Args        json.RawMessage `json:"args,omitempty"`
+	At          int64           `json:"at,omitempty"`
+	TraceParent string          `json:"traceparent,omitempty"`
+}
+
+// tooLarge is the refusal of a mutation whose frame of n bytes exceeds
+// the server's limit.
+func tooLarge(it *logItem, n, limit int) *RejectError {
+	return &RejectError{Key: it.key, Code: protocol.CodeFrameTooLarge, Message: "the change is too large to send",
+		Detail: fmt.Sprintf("%s.%s: the mutate frame is %d bytes; the server accepts at most %d", it.resource, it.name, n, limit)}
+}
+
+// jsonKind names the kind of JSON value raw holds.
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case '{':
+		return "an object"
+	}
+	return "a number"
 }
 
 // onAck reconciles an ack frame.
@@ -373,6 +490,7 @@ func (s *session) onAck(ctx context.Context, f protocol.ServerFrame) {
 		c.lmu.Unlock()
 		return
 	}
+	c.noteEchoesLocked(it.resource, f.Cursor, f.Entries)
 	settled := c.rep.settle()
 	c.rep.refresh(nil)
 	err := c.saveQueueLocked(ctx)
@@ -407,7 +525,7 @@ func (s *session) onReject(ctx context.Context, f protocol.ServerFrame) {
 		n := s.resends
 		s.resends++
 		s.mmu.Unlock()
-		c.emit(Event{Kind: EventMutationRejected, Key: f.Key, Code: f.Code, Message: f.Message})
+		c.emit(Event{Kind: EventMutationRejected, Key: f.Key, Code: f.Code, Message: f.Message, Detail: f.Detail})
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.sess != s || !s.ready {
@@ -420,23 +538,70 @@ func (s *session) onReject(ctx context.Context, f protocol.ServerFrame) {
 		}))
 		return
 	}
+	if err := c.settleRejected(ctx, &RejectError{Key: f.Key, Code: f.Code, Message: f.Message, Detail: f.Detail}); err != nil {
+		s.queueError(err)
+	}
+}
+
+// settleRejected takes the rejected mutation re.Key out of the log
+// (rolled back, the others replayed), reports it and answers its Wait
+// with re. It does nothing for a key the log does not hold pending. The
+// error is the queue's save failing.
+func (c *Client) settleRejected(ctx context.Context, re *RejectError) error {
 	c.lmu.Lock()
-	it := c.rep.reject(f.Key)
+	it := c.rep.reject(re.Key)
 	if it == nil {
 		c.lmu.Unlock()
-		return
+		return nil
 	}
 	c.rep.refresh(nil)
 	err := c.saveQueueLocked(ctx)
 	c.lmu.Unlock()
-	if err != nil {
-		s.queueError(err)
-	}
-	c.log.Warn("tide client: mutation rejected; its local change was rolled back", "key", f.Key, "code", f.Code, "message", f.Message)
-	c.emit(Event{Kind: EventMutationRejected, Key: f.Key, Code: f.Code, Message: f.Message})
+	c.log.Warn("tide client: mutation rejected; its local change was rolled back", "key", re.Key, "code", re.Code, "message", re.Message, "detail", re.Detail)
+	c.emit(Event{Kind: EventMutationRejected, Key: re.Key, Code: re.Code, Message: re.Message, Detail: re.Detail})
 	if it.handle != nil {
-		it.handle.resolve(Result{Key: f.Key}, &RejectError{Key: f.Key, Code: f.Code, Message: f.Message})
+		it.handle.resolve(Result{Key: re.Key}, re)
 		it.handle.settle()
+	}
+	return err
+}
+
+// countServerClose counts, for every mutation sent on session s and not
+// answered, that the server closed the connection, and settles as
+// undeliverable those it was the maxCloses-th time for. Run calls it once
+// s is over.
+func (c *Client) countServerClose(ctx context.Context, s *session) {
+	s.mmu.Lock()
+	sent := s.sent
+	s.mmu.Unlock()
+	var undeliverable []*RejectError
+	c.lmu.Lock()
+	counted := false
+	for _, it := range c.rep.log {
+		if it.acked || it.handle == nil || !sent[it.key] {
+			continue
+		}
+		it.closes++
+		counted = true
+		if it.closes >= maxCloses {
+			undeliverable = append(undeliverable, &RejectError{Key: it.key, Code: CodeUndeliverable,
+				Message: "the change could not be delivered",
+				Detail:  fmt.Sprintf("%s.%s: the server closed the connection each of the %d times the mutation was sent, without answering it", it.resource, it.name, it.closes)})
+		}
+	}
+	var err error
+	if counted {
+		err = c.saveQueueLocked(ctx)
+	}
+	c.lmu.Unlock()
+	for _, re := range undeliverable {
+		if serr := c.settleRejected(ctx, re); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		c.log.Error("tide client: saving the mutation queue failed", "err", err)
+		c.emit(Event{Kind: EventStoreError, Err: err})
 	}
 }
 

@@ -66,6 +66,7 @@ type logItem struct {
 	ops    []protocol.Entry
 	acked  bool
 	cursor string // acked: the ack's cursor
+	closes int    // connections it was sent on that the server closed unanswered
 
 	handle *PendingMutation // nil for an ack of an unknown key
 }

@@ -17,15 +17,24 @@ import (
 	"github.com/tidesync/tide/core/protocol"
 )
 
-// Connection timing. The server pings every 40 s by default; the client
-// pings too, so a half-open connection is noticed whatever the server's
-// settings.
+// Connection timing. A server that announces a heartbeat in welcome
+// (heartbeat_ms, H) sends a ping frame at least every H: the client
+// answers pong, and treats the connection as dead when no frame at all
+// arrives for 2·H. Without a heartbeat the client pings the server (a
+// WebSocket ping) and gives up after readTimeout without anything.
 const (
 	pingInterval = 30 * time.Second
-	readTimeout  = 75 * time.Second // no frame, ping or pong for this long: the connection is dead
+	readTimeout  = 75 * time.Second // without a heartbeat: no frame, ping or pong for this long and the connection is dead
 	writeTimeout = 10 * time.Second
 	maxFrameRead = 128 << 20 // a server frame larger than this is refused
 )
+
+// ErrDeadConnection is the error (wrapped) of the EventDisconnected that
+// reports a connection the client gave up on because nothing arrived from
+// the server in time: for two heartbeats of a server that announced one,
+// else 75 s. The client closes such a connection and reconnects with
+// backoff, as after any other loss.
+var ErrDeadConnection = errors.New("client: no frame from the server in time; the connection is dead")
 
 // session is one connection: a reader goroutine that decodes frames into a
 // queue, and the goroutine running loop, which handles them in order
@@ -48,7 +57,9 @@ type session struct {
 
 	wg         sync.WaitGroup // helper goroutines: keepalive, token refresh, resubscribe timers
 	readerDone chan struct{}
-	welcomed   bool // set by loop
+	welcomed   bool          // set by loop
+	pings      chan struct{} // capacity 1: the reader saw a ping frame, keepalive answers pong
+	stop       error         // set by loop: an error that must end Run (ErrOtherPrincipal)
 
 	// Mutations: mmu serializes sending them so they go out in sequence
 	// order; sent holds the keys sent on this connection.
@@ -60,10 +71,11 @@ type session struct {
 	lastToken  string // the token last sent, in hello or refresh
 	refreshing bool   // a refresh is being fetched or retried
 
-	endMu   sync.Mutex
-	reason  error // why the client ended the session, if it did
-	fault   bool  // reason is a failure of this side or a bad frame: slow the reconnects down
-	readErr error // why the reader stopped
+	endMu        sync.Mutex
+	reason       error // why the client ended the session, if it did
+	fault        bool  // reason is a failure of this side or a bad frame: slow the reconnects down
+	readErr      error // why the reader stopped
+	serverClosed bool  // the server sent a close frame before the client ended the session
 }
 
 // subInst is one subscription of a scope on one connection.
@@ -87,6 +99,7 @@ type sessionResult struct {
 	err       error
 	closeCode protocol.CloseCode
 	closeText string
+	stop      error // Run must return it (ErrOtherPrincipal)
 }
 
 // runSession dials, says hello and serves one connection until it ends.
@@ -126,7 +139,7 @@ func (c *Client) runSession(ctx context.Context) sessionResult {
 	}
 	ws.SetReadLimit(maxFrameRead)
 	sctx, end := context.WithCancel(ctx)
-	s := &session{c: c, ws: ws, q: newFrameQueue(), ctx: sctx, end: end, pace: newPacer(), ids: map[string]*subInst{}, readerDone: make(chan struct{}), sent: map[string]bool{}, lastToken: hello.Token}
+	s := &session{c: c, ws: ws, q: newFrameQueue(), ctx: sctx, end: end, pace: newPacer(), ids: map[string]*subInst{}, readerDone: make(chan struct{}), pings: make(chan struct{}, 1), sent: map[string]bool{}, lastToken: hello.Token}
 	c.mu.Lock()
 	c.sess = s
 	c.mu.Unlock()
@@ -147,20 +160,32 @@ func (c *Client) runSession(ctx context.Context) sessionResult {
 	}
 	s.finish()
 
-	res := sessionResult{welcomed: s.welcomed}
+	res := sessionResult{welcomed: s.welcomed, stop: s.stop}
 	s.endMu.Lock()
 	res.err, res.fault = s.reason, s.fault
-	readErr := s.readErr
+	readErr, serverClosed := s.readErr, s.serverClosed
 	s.endMu.Unlock()
 	var ce *websocket.CloseError
 	if errors.As(readErr, &ce) {
 		res.closeCode, res.closeText = protocol.CloseCode(ce.Code), ce.Text
 	}
-	if res.err == nil {
+	if res.err == nil || errors.Is(res.err, errSessionOver) && readErr != nil {
 		res.err = readErr
+	}
+	if res.stop != nil {
+		res.err = res.stop
+	}
+	if serverClosed && ctx.Err() == nil && res.closeCode != protocol.CloseDrain && res.closeCode != protocol.CloseGoingAway {
+		// The server closed it, not the client stopping (whose close the
+		// server answers with one of its own).
+		c.countServerClose(ctx, s)
 	}
 	return res
 }
+
+// errSessionOver is the reason a session ends when nothing else ended it
+// first: its connection closed.
+var errSessionOver = errors.New("client: connection closed")
 
 // dialError describes a failed upgrade, with the server's error frame if
 // it answered with one.
@@ -182,10 +207,18 @@ func dialError(url string, resp *http.Response, err error) error {
 
 // readLoop reads and decodes frames into the queue until the connection
 // ends. It never waits for the handlers.
+//
+// It also keeps the connection honest: after welcome, a frame must arrive
+// within the idle bound (two heartbeats of a server that announced one),
+// or the read fails and the session ends (ErrDeadConnection); ping frames
+// are answered with pong, by keepalive, so a slow handler cannot delay
+// the answer.
 func (s *session) readLoop() {
 	defer close(s.readerDone)
 	ws := s.ws
-	extend := func() { _ = ws.SetReadDeadline(time.Now().Add(readTimeout)) }
+	idle := readTimeout
+	welcomed := false
+	extend := func() { _ = ws.SetReadDeadline(time.Now().Add(idle)) }
 	ws.SetPongHandler(func(string) error { extend(); return nil })
 	ws.SetPingHandler(func(data string) error {
 		extend()
@@ -199,13 +232,21 @@ func (s *session) readLoop() {
 	for {
 		mt, data, err := ws.ReadMessage()
 		if err != nil {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout() && welcomed:
+				err = fmt.Errorf("%w: nothing for %v (%v)", ErrDeadConnection, idle, err)
+			case errors.As(err, &ne) && ne.Timeout():
+				err = fmt.Errorf("client: no welcome within the handshake timeout: %w", err)
+			}
+			var ce *websocket.CloseError
 			s.endMu.Lock()
 			s.readErr = err
+			s.serverClosed = errors.As(err, &ce) && s.reason == nil
 			s.endMu.Unlock()
 			s.q.close()
 			return
 		}
-		extend()
 		if mt != websocket.TextMessage {
 			s.protocolError(nil, errors.New("the server sent a binary message; frames are JSON text"))
 			return
@@ -215,12 +256,27 @@ func (s *session) readLoop() {
 			s.protocolError(nil, err)
 			return
 		}
-		s.q.push(f)
+		switch f.Type {
+		case protocol.FrameWelcome:
+			welcomed = true
+			if f.HeartbeatMS > 0 {
+				idle = 2 * time.Duration(f.HeartbeatMS) * time.Millisecond
+			}
+		case protocol.FramePing:
+			select {
+			case s.pings <- struct{}{}:
+			default: // a pong is on its way already
+			}
+		}
+		extend()
+		if f.Type != protocol.FramePing {
+			s.q.push(f)
+		}
 	}
 }
 
 // keepalive pings the server so a dead connection is noticed by the read
-// deadline.
+// deadline, and answers the server's ping frames with pong.
 func (s *session) keepalive() {
 	defer s.wg.Done()
 	t := time.NewTicker(pingInterval)
@@ -229,6 +285,10 @@ func (s *session) keepalive() {
 		select {
 		case <-s.ctx.Done():
 			return
+		case <-s.pings:
+			if err := s.write(protocol.ClientFrame{V: protocol.Version, Type: protocol.FramePong}); err != nil {
+				return
+			}
 		case <-t.C:
 			if err := s.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
 				s.abort(fmt.Errorf("client: ping: %w", err), false)
@@ -252,7 +312,7 @@ func (s *session) abort(reason error, fault bool) {
 
 // finish tears the session down once loop has returned.
 func (s *session) finish() {
-	s.abort(errors.New("client: connection closed"), false)
+	s.abort(errSessionOver, false)
 	<-s.readerDone
 	s.end()
 	c := s.c
@@ -293,12 +353,23 @@ func (s *session) writeLocked(f protocol.ClientFrame) error {
 	if err != nil {
 		return err
 	}
+	return s.writeDataLocked(f.Type, data)
+}
+
+// writeData sends one encoded client frame of type typ.
+func (s *session) writeData(typ string, data []byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.writeDataLocked(typ, data)
+}
+
+func (s *session) writeDataLocked(typ string, data []byte) error {
 	if err := s.pace.wait(s.ctx); err != nil {
 		return err
 	}
 	_ = s.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := s.ws.WriteMessage(websocket.TextMessage, data); err != nil {
-		s.abort(fmt.Errorf("client: write %s: %w", f.Type, err), false)
+		s.abort(fmt.Errorf("client: write %s: %w", typ, err), false)
 		return err
 	}
 	return nil
@@ -323,6 +394,19 @@ func (s *session) handle(ctx context.Context, f protocol.ServerFrame) {
 	switch f.Type {
 	case protocol.FrameWelcome:
 		if s.welcomed {
+			return
+		}
+		if err := c.welcomed(ctx, f); errors.Is(err, ErrOtherPrincipal) {
+			// Nothing is subscribed or sent: the store's data and queue
+			// are another principal's.
+			c.log.Error("tide client: the server names another principal than the store's; stopping", "err", err)
+			s.stop = err
+			s.abort(err, false)
+			return
+		} else if err != nil {
+			s.c.log.Error("tide client: store failed; dropping the connection", "err", err)
+			s.abort(err, true)
+			c.emit(Event{Kind: EventStoreError, Err: err})
 			return
 		}
 		s.welcomed = true
@@ -433,7 +517,7 @@ func (s *session) releaseLocked(inst *subInst) {
 // serverError handles an error frame.
 func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 	c := s.c
-	ev := Event{Kind: EventServerError, SubscriptionID: f.ID, Code: f.Code, Message: f.Message}
+	ev := Event{Kind: EventServerError, SubscriptionID: f.ID, Code: f.Code, Message: f.Message, Detail: f.Detail}
 	if f.ID == "" {
 		c.log.Warn("tide client: server error", "code", f.Code, "message", f.Message)
 		c.emit(ev)
@@ -473,17 +557,24 @@ func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 		c.mu.Unlock()
 		s.retryLater(st)
 	default:
+		// The data goes first: whoever sees the scope failed sees it
+		// without the rows it may no longer hold.
+		var err error
+		if accessRefused(f.Code) {
+			err = c.dropScopeData(ctx, st, f.Code)
+		} else {
+			s.refuseCopy(ctx, st)
+			err = c.persist(context.WithoutCancel(ctx), st, declared, func(r *Record) bool {
+				if r.State == StateFailed && r.Refusal == f.Code {
+					return false
+				}
+				r.State, r.Refusal = StateFailed, f.Code
+				return true
+			})
+		}
 		c.mu.Lock()
 		st.setStateLocked(SubFailed, serverErr(f))
 		c.mu.Unlock()
-		s.refuseCopy(ctx, st)
-		err := c.persist(context.WithoutCancel(ctx), st, declared, func(r *Record) bool {
-			if r.State == StateFailed {
-				return false
-			}
-			r.State = StateFailed
-			return true
-		})
 		if err != nil {
 			s.storeError(st, err)
 		}

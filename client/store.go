@@ -40,6 +40,11 @@ type Record struct {
 	// Synced says the scope was opened with Client.Sync (the client keeps
 	// its rows), so a restarted client resumes it with Sync.
 	Synced bool `json:"synced,omitempty"`
+	// Refusal is the code of the server's refusal when State is failed
+	// (forbidden, unauthenticated, ...). A scope refused for access
+	// (forbidden, unauthenticated) has no Cursor and no Rows: its data
+	// left the store when access ended.
+	Refusal protocol.Code `json:"refusal,omitempty"`
 }
 
 // RecordLister is implemented by a CursorStore that can list its records:
@@ -50,11 +55,50 @@ type RecordLister interface {
 	List(ctx context.Context) ([]Record, error)
 }
 
+// MetaStore is implemented by a CursorStore that also keeps what the
+// client must know about the store itself (Meta): MemoryStore and
+// FileStore do. With a Store that does not, every Client gets a random
+// origin, the store is bound to no principal, and the frame limit is
+// learnt again on every start.
+type MetaStore interface {
+	// LoadMeta returns the stored Meta; the zero Meta if none.
+	LoadMeta(ctx context.Context) (Meta, error)
+	// SaveMeta replaces the stored Meta.
+	SaveMeta(ctx context.Context, m Meta) error
+}
+
+// Meta is what a store records about itself, beside its records and its
+// queue.
+type Meta struct {
+	// Origin is the client device's origin id, sent in hello. The first
+	// Client on the store generates it and saves it; every later Client on
+	// the store reuses it (unless Config.Origin overrides it). The server
+	// keeps idempotency keys per principal and origin, so a mutation
+	// restored from the queue after a restart must be resent under the
+	// origin it was first sent under: that is why the origin lives beside
+	// the queue.
+	Origin string `json:"origin,omitempty"`
+	// Principal is the id of the principal the store's data belongs to,
+	// from the first welcome (protocol.ServerFrame.Principal), when Bound
+	// is set: "" is the anonymous caller. A Client whose welcome names
+	// another principal stops with ErrOtherPrincipal.
+	Principal string `json:"principal,omitempty"`
+	// Bound says the store belongs to Principal. A new store is bound by
+	// its first welcome.
+	Bound bool `json:"bound,omitempty"`
+	// MaxFrameBytes is the frame limit the server announced in its last
+	// welcome, 0 before any: Mutate refuses a mutation whose frame would
+	// exceed it (65536 bytes when it is 0).
+	MaxFrameBytes int `json:"max_frame_bytes,omitempty"`
+}
+
 // QueueStore is implemented by a CursorStore that also persists the
 // client's mutation log (the offline queue): MemoryStore and FileStore do.
 // With a Store that does not, the queue lives in memory only and is lost
-// with the process.
+// with the process. A QueueStore is a MetaStore too: a queue is resent
+// after a restart under the origin its Meta records, and under no other.
 type QueueStore interface {
+	MetaStore
 	// LoadQueue returns the stored queue; the zero Queue if none.
 	LoadQueue(ctx context.Context) (Queue, error)
 	// SaveQueue replaces the stored queue.
@@ -92,6 +136,10 @@ type QueuedMutation struct {
 	// TraceParent is the caller's trace context (Mutation.TraceParent),
 	// sent again with the mutation after a restart.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Closes counts the connections the mutation was sent on that the
+	// server closed before answering it; at maxCloses it is settled as
+	// rejected (CodeUndeliverable).
+	Closes int `json:"closes,omitempty"`
 }
 
 // Values of Record.State.
@@ -99,7 +147,7 @@ const (
 	StateNew          = "new"          // declared; nothing applied yet
 	StateSyncing      = "syncing"      // catching up (snapshot or replay)
 	StateLive         = "live"         // caught up at least once; live changes flow
-	StateFailed       = "failed"       // the server refused the subscription (see the OnEvent report)
+	StateFailed       = "failed"       // the server refused the subscription (Record.Refusal, and the OnEvent report)
 	StateUnsubscribed = "unsubscribed" // the app unsubscribed; the cursor is kept for a later subscribe
 )
 
@@ -124,6 +172,7 @@ type MemoryStore struct {
 	mu    sync.RWMutex
 	recs  map[string]Record
 	queue Queue
+	meta  Meta
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -186,6 +235,21 @@ func (s *MemoryStore) SaveQueue(_ context.Context, q Queue) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.queue = cloneQueue(q)
+	return nil
+}
+
+// LoadMeta implements MetaStore.
+func (s *MemoryStore) LoadMeta(context.Context) (Meta, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.meta, nil
+}
+
+// SaveMeta implements MetaStore.
+func (s *MemoryStore) SaveMeta(_ context.Context, m Meta) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.meta = m
 	return nil
 }
 

@@ -241,3 +241,70 @@ func TestFileStoreCorruptFile(t *testing.T) {
 		t.Error("NewFileStore accepted an empty path")
 	}
 }
+
+func TestStoresKeepTheirMeta(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "store.json")
+	fs, err := NewFileStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []MetaStore{NewMemoryStore(), fs} {
+		if m, err := s.LoadMeta(ctx); err != nil || m != (Meta{}) {
+			t.Fatalf("%T: a new store's meta = %+v, %v", s, m, err)
+		}
+		want := Meta{Origin: "go-X", Principal: "u1", Bound: true, MaxFrameBytes: 4096}
+		if err := s.SaveMeta(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := s.LoadMeta(ctx); err != nil || m != want {
+			t.Errorf("%T: meta = %+v, %v; want %+v", s, m, err, want)
+		}
+	}
+	again, err := NewFileStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := again.LoadMeta(ctx); m.Origin != "go-X" || m.Principal != "u1" || !m.Bound || m.MaxFrameBytes != 4096 {
+		t.Errorf("meta after reopen: %+v", m)
+	}
+}
+
+// A store file written before the meta existed is read as it was, and the
+// first Client on it gives it an origin that every later Client reuses.
+func TestStoreFileBeforeMetaGetsAnOrigin(t *testing.T) {
+	old, err := os.ReadFile(filepath.Join("testdata", "store", "before-meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "store.json")
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := func() (*Client, *FileStore) {
+		fs, err := NewFileStore(path)
+		if err != nil {
+			t.Fatalf("an older store file is refused: %v", err)
+		}
+		c, err := New(Config{URL: "ws://127.0.0.1:1/tide/ws", Store: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, fs
+	}
+	c1, fs1 := open()
+	if p := c1.Pending(); len(p) != 1 || p[0].Key() != "k3" {
+		t.Errorf("the older file's queue: %v", keysOfPending(p))
+	}
+	if m, _ := fs1.LoadMeta(context.Background()); m.Origin == "" || m.Origin != c1.Origin() || m.Bound {
+		t.Errorf("meta saved by the first client: %+v (origin %q)", m, c1.Origin())
+	}
+	c2, _ := open()
+	if c2.Origin() != c1.Origin() {
+		t.Errorf("origins %q then %q: a store keeps its origin", c1.Origin(), c2.Origin())
+	}
+	rec, ok, err := fs1.Load(context.Background(), "2924a547c6a4a00032e4e12c6c1a2f6fedef86866f9e32b36280100c32c5e453")
+	if err != nil || !ok || rec.Rows["t1"] == nil || rec.Cursor != "1.EpochA.7" {
+		t.Errorf("the older file's record: %+v, %v, %v", rec, ok, err)
+	}
+}

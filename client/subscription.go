@@ -276,7 +276,7 @@ func (st *scopeState) setStateLocked(state SubState, err error) {
 }
 
 func serverErr(f protocol.ServerFrame) error {
-	return &protocol.Error{Code: f.Code, Message: f.Message}
+	return &protocol.Error{Code: f.Code, Message: f.Message, Detail: f.Detail}
 }
 
 // Unsubscribe ends the subscription: the server is told, frames still in
