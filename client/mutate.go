@@ -199,12 +199,12 @@ func (e *RejectError) Error() string {
 }
 
 // CodeUndeliverable is the code of the RejectError of a queued mutation
-// the server never answered although it was sent on maxCloses (5)
-// connections in a row that the server closed: something in it keeps the
-// server from answering, and resending it forever would stall nothing but
-// itself. A connection lost without the server's close frame (a network
-// loss, the client's own Reconnect) does not count, nor does a close for
-// drain (4002) or going away (1001).
+// the server never answered although it was sent on five connections that
+// the server closed before answering it: something in it keeps the server
+// from answering, and resending it forever would help no one. A connection
+// that ended otherwise (a network loss, the client's own Reconnect, the
+// client stopping) or that the server closed with 4002 drain or 1001 going
+// away does not count; the count is kept in the store with the queue.
 const CodeUndeliverable protocol.Code = "undeliverable"
 
 // maxCloses is how many server-closed connections a queued mutation may
