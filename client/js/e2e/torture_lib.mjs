@@ -304,7 +304,7 @@ function storedRows(value, out = [], depth = 0) {
  * failures: {kind: dup|lost|pending|leak|diverge, message}. pendingFailures
  * are those the quiesce found. notes collects what is told but not judged.
  */
-export async function check(env, tabs, { pendingFailures = [], notes = [] } = {}) {
+export async function check(env, tabs, { pendingFailures = [], notes = [], settleMs = 15000 } = {}) {
   const failures = [...pendingFailures];
   const fail = (kind, message) => failures.push({ kind, message });
 
@@ -328,6 +328,17 @@ export async function check(env, tabs, { pendingFailures = [], notes = [] } = {}
   const ledger = env.sql("SELECT key, principal, name, card_id, title, effective FROM applied ORDER BY seq");
   const inLedger = new Set(ledger.map((r) => r[0]));
   for (const [k, a] of acked) if (!inLedger.has(k)) fail("lost", `mutation ${k} (${issued.get(k)?.name ?? "?"} from tab ${a.tab}) was acknowledged but is not in the ledger`);
+  // A write queued by one user is never run under another's session.
+  for (const [key, principal] of ledger) {
+    const i = issued.get(key);
+    if (i && i.user && i.user !== principal) fail("leak", `mutation ${key} (${i.name}) was issued by ${i.user} in tab ${i.tab} and applied as ${principal}`);
+  }
+  // Told, not judged: mutations that left no trace (no ack, no reject, not
+  // applied): the queue of a user who logged out, discarded by design.
+  const rejected = new Set();
+  for (const t of tabs) for (const k of Object.keys((await t.app("log")).rejects)) rejected.add(k);
+  const vanished = [...issued.keys()].filter((k) => !acked.has(k) && !rejected.has(k) && !inLedger.has(k));
+  if (vanished.length) notes.push(`${vanished.length} of ${issued.size} mutations have no ack, no reject and no ledger row (e.g. ${vanished.slice(0, 3)})`);
   const expect = new Map();
   for (const [key, , name, card, title, effective] of ledger) {
     if (!effective) continue;
@@ -388,7 +399,7 @@ export async function check(env, tabs, { pendingFailures = [], notes = [] } = {}
   };
   let last = [];
   try {
-    await waitFor(async () => (last = await judge()).length === 0, { timeout: 15000, what: "the tabs to agree with Postgres" });
+    await waitFor(async () => (last = await judge()).length === 0, { timeout: settleMs, what: "the tabs to agree with Postgres" });
   } catch {
     /* reported below */
   }
@@ -403,13 +414,15 @@ export const SABOTAGES = ["dup", "lost", "pending", "leak", "diverge"];
 /**
  * runTorture runs one seeded torture and returns {seed, steps, failures,
  * notes, stats, ms}. opts: seed (32-bit), seconds (time bound of the action
- * phase), steps (count bound; default 12 a second), sabotage (one of
- * SABOTAGES), quiesceMs.
+ * phase), steps (count bound; default 20 a second), sabotage (one of
+ * SABOTAGES), quiesceMs (how long the quiesce may take; default 60 s),
+ * settleMs (how long the tabs may take to agree with Postgres after it;
+ * default 15 s).
  */
 export async function runTorture(opts = {}) {
   const seed = opts.seed >>> 0;
   const seconds = opts.seconds ?? 60;
-  const maxSteps = opts.steps ?? Math.max(12, Math.round(seconds * 12));
+  const maxSteps = opts.steps ?? Math.max(12, Math.round(seconds * 20));
   const sabotage = opts.sabotage || "";
   const quiesceMs = opts.quiesceMs ?? 60000;
   if (sabotage && !SABOTAGES.includes(sabotage)) throw new Error(`unknown sabotage ${sabotage}: one of ${SABOTAGES.join(", ")}`);
@@ -449,6 +462,22 @@ export async function runTorture(opts = {}) {
       serverAt = -1;
     };
     const members = () => membership(env);
+    // noticed waits until no tab says live (the connection is gone: the
+    // client must find out by itself, by its heartbeat); a tab that still
+    // says live after a generous deadline is an honest-state failure.
+    const honest = [];
+    const noticed = async (why) => {
+      let still = [];
+      try {
+        await waitFor(async () => {
+          still = [];
+          for (const t of tabs) if ((await t.app("status")).state === "live") still.push(t.name);
+          return still.length === 0;
+        }, { timeout: 15000, what: why });
+      } catch {
+        honest.push({ kind: "honest", message: `${why}: tabs ${still} still said live 15 s later` });
+      }
+    };
     const usersOf = (which) => tabs.filter((t) => t.origin === which);
 
     // switchUser logs origin which out and the other user in: the app's
@@ -493,9 +522,11 @@ export async function runTorture(opts = {}) {
           // add, valid or not
           const y = r();
           const board = r.pick(tab.boards);
-          if (y < 0.85) await tab.app("add", board, `${r.pick(words)} ${step}`), count("add");
-          else if (y < 0.92) await tab.app("add", board, ""), count("add-invalid");
-          else await tab.app("add", board, "x".repeat(201)), count("add-invalid");
+          const word = r.pick(words);
+          const id = `c${String(step).padStart(5, "0")}-${tab.name}`; // ids from the schedule, so a replay picks the same cards
+          if (y < 0.85) await tab.app("add", board, `${word} ${step}`, id), count("add");
+          else if (y < 0.92) await tab.app("add", board, "", id), count("add-invalid");
+          else await tab.app("add", board, "x".repeat(201), id), count("add-invalid");
         } else if (x < 0.56) {
           // rename a card the tab shows (which cards it shows depends on timing)
           const board = r.pick(tab.boards);
@@ -513,18 +544,25 @@ export async function runTorture(opts = {}) {
           const k = r.int(1000);
           if (rows.length) await tab.app("delete", board, rows.map((c) => c.id).sort()[k % rows.length]), count("delete");
         } else if (x < 0.74) {
-          const k = 1 + r.int(6);
-          if (!offline) await setOffline(true), (onlineAt = step + k), count("offline");
+          // offline for a while; sometimes until every tab has noticed
+          const k = 5 + r.int(40);
+          const notice = r.chance(0.4);
+          if (!offline) {
+            await setOffline(true), (onlineAt = step + k), count("offline");
+            if (notice) await noticed("the network went away"), count("offline-noticed");
+          }
         } else if (x < 0.81) {
           await tab.reload();
           count("reload");
         } else if (x < 0.85) {
           const sig = r.chance(0.7) ? "SIGKILL" : "SIGTERM";
-          const k = r.int(5);
+          const k = 3 + r.int(30);
+          const notice = r.chance(0.3);
           if (env.up) {
             await env.stop(sig);
             count("server-" + sig);
-            serverAt = step + 1 + k;
+            serverAt = step + k;
+            if (notice) await noticed("the server went away"), count("server-noticed");
           }
         } else if (x < 0.905) {
           // remove a member
@@ -643,7 +681,7 @@ export async function runTorture(opts = {}) {
       mark = target;
     }
 
-    const failures = await check(env, tabs, { pendingFailures, notes });
+    const failures = await check(env, tabs, { pendingFailures: [...pendingFailures, ...honest], notes, settleMs: opts.settleMs });
     const ms = Date.now() - t0;
     const report = { seed, sabotage, mark, seconds, maxSteps, steps: step, stats, ms, failures, notes };
     try {
