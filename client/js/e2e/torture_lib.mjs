@@ -331,7 +331,7 @@ export async function check(env, tabs, { pendingFailures = [], notes = [], settl
   // A write queued by one user is never run under another's session.
   for (const [key, principal] of ledger) {
     const i = issued.get(key);
-    if (i && i.user && i.user !== principal) fail("leak", `mutation ${key} (${i.name}) was issued by ${i.user} in tab ${i.tab} and applied as ${principal}`);
+    if (i && i.user && i.user !== principal) fail("leak", `mutation ${key} (${i.name} ${i.args?.id}) was issued by ${i.user} in tab ${i.tab} (page load ${i.load}, status ${i.state}, connected as ${JSON.stringify(i.principal)}) and applied as ${principal}`);
   }
   // Told, not judged: mutations that left no trace (no ack, no reject, not
   // applied): the queue of a user who logged out, discarded by design.
@@ -431,7 +431,9 @@ export async function runTorture(opts = {}) {
   const say = (...a) => console.log(`torture[${seed}${sabotage ? " " + sabotage : ""}]`, ...a);
   const env = new Env({ heartbeat: opts.heartbeat ?? "1s" });
   const stats = {};
-  const count = (k) => (stats[k] = (stats[k] ?? 0) + 1);
+  const trace = []; // what the driver did, step by step (in the report)
+  let step = 0;
+  const count = (k) => ((stats[k] = (stats[k] ?? 0) + 1), trace.push([step, Date.now() - t0, k]));
   const notes = [];
   try {
     // Boards b1..b4 (the server makes them); alice and bob share two.
@@ -488,7 +490,7 @@ export async function runTorture(opts = {}) {
       await startServer();
       const [t, other] = usersOf(which);
       const next = originUser[which] === "alice" ? "bob" : "alice";
-      say(`step: origin ${which} logs ${originUser[which]} out${clear ? " (clearLocalData)" : " (no clearLocalData)"} and ${next} in`);
+      say(`step ${step}: origin ${which} logs ${originUser[which]} out${clear ? " (clearLocalData)" : " (no clearLocalData)"} and ${next} in`);
       await t.app("logout", clear);
       await t.page.goto(`${env.origin(which)}/login?user=${next}&next=${encodeURIComponent(new URL(t.url).pathname + new URL(t.url).search)}`);
       await t.ready();
@@ -502,7 +504,6 @@ export async function runTorture(opts = {}) {
       [Math.floor((2 * maxSteps) / 3), "A", false],
     ];
     const deadline = Date.now() + seconds * 1000; // the action phase's bound, after the setup
-    let step = 0;
     const words = ["plan", "ship", "fix", "test", "doc", "review", "deploy", "tidy"];
     for (; step < maxSteps && Date.now() < deadline; step++) {
       if (step === onlineAt) await setOffline(false), (onlineAt = -1), count("online");
@@ -524,9 +525,10 @@ export async function runTorture(opts = {}) {
           const board = r.pick(tab.boards);
           const word = r.pick(words);
           const id = `c${String(step).padStart(5, "0")}-${tab.name}`; // ids from the schedule, so a replay picks the same cards
-          if (y < 0.85) await tab.app("add", board, `${word} ${step}`, id), count("add");
-          else if (y < 0.92) await tab.app("add", board, "", id), count("add-invalid");
-          else await tab.app("add", board, "x".repeat(201), id), count("add-invalid");
+          const title = y < 0.85 ? `${word} ${step}` : y < 0.92 ? "" : "x".repeat(201);
+          const { key } = await tab.app("add", board, title, id);
+          count(title.length && title.length <= 200 ? "add" : "add-invalid");
+          trace.at(-1).push(tab.name, key, id);
         } else if (x < 0.56) {
           // rename a card the tab shows (which cards it shows depends on timing)
           const board = r.pick(tab.boards);
@@ -535,14 +537,20 @@ export async function runTorture(opts = {}) {
           const title = r.chance(0.9) ? `${r.pick(words)} ${step}'` : "  ";
           if (rows.length) {
             const id = rows.map((c) => c.id).sort()[k % rows.length];
-            await tab.app("rename", board, id, title);
+            const { key } = await tab.app("rename", board, id, title);
             count(title.trim() ? "rename" : "rename-invalid");
+            trace.at(-1).push(tab.name, key, id);
           }
         } else if (x < 0.68) {
           const board = r.pick(tab.boards);
           const rows = (await tab.app("rows"))[board]?.rows ?? [];
           const k = r.int(1000);
-          if (rows.length) await tab.app("delete", board, rows.map((c) => c.id).sort()[k % rows.length]), count("delete");
+          if (rows.length) {
+            const id = rows.map((c) => c.id).sort()[k % rows.length];
+            const { key } = await tab.app("delete", board, id);
+            count("delete");
+            trace.at(-1).push(tab.name, key, id);
+          }
         } else if (x < 0.74) {
           // offline for a while; sometimes until every tab has noticed
           const k = 5 + r.int(40);
@@ -683,7 +691,7 @@ export async function runTorture(opts = {}) {
 
     const failures = await check(env, tabs, { pendingFailures: [...pendingFailures, ...honest], notes, settleMs: opts.settleMs });
     const ms = Date.now() - t0;
-    const report = { seed, sabotage, mark, seconds, maxSteps, steps: step, stats, ms, failures, notes };
+    const report = { seed, sabotage, mark, seconds, maxSteps, steps: step, stats, ms, failures, notes, trace };
     try {
       mkdirSync(outDir, { recursive: true });
       writeFileSync(join(outDir, `torture-${seed}${sabotage ? "-" + sabotage : ""}.json`), JSON.stringify(report, null, 1));
