@@ -309,7 +309,11 @@ export async function check(env, tabs, { pendingFailures = [], notes = [], settl
   const fail = (kind, message) => failures.push({ kind, message });
 
   // dup: a mutation (its mid, which is its key) applied twice.
-  for (const [key, n] of env.sql("SELECT key, count(*) FROM applied GROUP BY key HAVING count(*) > 1 ORDER BY key")) fail("dup", `mutation ${key} was applied ${n} times`);
+  for (const [key, n, who] of env.sql("SELECT key, count(*), string_agg(principal, ',' ORDER BY seq) FROM applied GROUP BY key HAVING count(*) > 1 ORDER BY key")) {
+    // Under which idempotency scopes (principal, origin) the server recorded it.
+    const scopes = env.sql(`SELECT principal, origin FROM ${env.schema}_tide.mutation_keys WHERE key = '${key}' ORDER BY made_at`).map(([p, o]) => `${p}/${o}`);
+    fail("dup", `mutation ${key} was applied ${n} times (as ${who}; keys recorded under ${scopes.join(", ") || "none"})`);
+  }
 
   // What every tab saw: acks and rejects by key (sessionStorage survives reloads).
   const acked = new Map();
@@ -497,6 +501,7 @@ export async function runTorture(opts = {}) {
       await other.reload();
       originUser[which] = next;
       count(clear ? "switch+clear" : "switch-noclear");
+      trace.at(-1).push(which, next);
     };
 
     const forced = [
@@ -562,6 +567,7 @@ export async function runTorture(opts = {}) {
         } else if (x < 0.81) {
           await tab.reload();
           count("reload");
+          trace.at(-1).push(tab.name);
         } else if (x < 0.85) {
           const sig = r.chance(0.7) ? "SIGKILL" : "SIGTERM";
           const k = 3 + r.int(30);
