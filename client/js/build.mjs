@@ -31,7 +31,7 @@ try {
     entryPoints: [join(here, "src/index.ts")],
     minify: true,
     legalComments: "none",
-    banner: { js: "// tide browser client (@tidesync/client) — source: client/js/src/" },
+    banner: { js: "// @tidesync/client, tide's browser client: see client/js/src/" },
     outfile: join(out, "tide.js"),
   });
   const js = readFileSync(join(out, "tide.js"));

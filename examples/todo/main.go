@@ -13,7 +13,9 @@
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable go run ./examples/todo
 //
 // TIDE_FEED_SCHEMA names the Postgres schema of tide's own tables (default
-// "tide"); the browser tests give each run its own.
+// "tide"); the browser tests give each run its own. TIDE_DEMO_HEARTBEAT
+// sets the server's heartbeat (default 10 s; the browser tests shorten it to
+// see a dead connection noticed within two heartbeats).
 //
 // The page uses tide's browser client, served by the middleware at
 // /tide/client.js. Every user may see the projects "demo" and "home", and a
@@ -28,6 +30,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -60,7 +63,9 @@ var indexHTML string
 
 // page is the index page, importing the client module by its
 // content-hashed URL (cached for a year, replaced when the module changes).
-var page = []byte(strings.ReplaceAll(indexHTML, "{{CLIENT_JS}}", middleware.ClientJSPath("/tide")))
+// {{USER}} is the session's user, per request: the client keeps each user's
+// data in a database of its own (docs/client-js.md, the user option).
+var page = strings.ReplaceAll(indexHTML, "{{CLIENT_JS}}", middleware.ClientJSPath("/tide"))
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address (a free port is picked if it is taken)")
@@ -106,6 +111,11 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 		}
 	}
 	cfg := core.Config{Logger: log, Tokens: kr} // the in-memory feed, unless DATABASE_URL is set
+	if s := os.Getenv("TIDE_DEMO_HEARTBEAT"); s != "" {
+		if cfg.Heartbeat, err = time.ParseDuration(s); err != nil {
+			return fmt.Errorf("TIDE_DEMO_HEARTBEAT: %w", err)
+		}
+	}
 	app := &app{idPrefix: "t"}
 	seed := true
 	if url := os.Getenv("DATABASE_URL"); url != "" {
@@ -198,6 +208,7 @@ func withSession(next http.Handler) http.Handler {
 		if _, err := r.Cookie(sessionCookie); err != nil {
 			name := fmt.Sprintf("guest-%d-%d", time.Now().Unix()%100000, guestSeq.Add(1))
 			http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: name, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+			r.AddCookie(&http.Cookie{Name: sessionCookie, Value: name}) // this request is the new guest's too
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -278,7 +289,12 @@ func (a *app) seed(ctx context.Context) error {
 
 func (a *app) index(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write(page)
+	user := ""
+	if p, err := sessionUser(r); err == nil {
+		user = p.ID
+	}
+	js, _ := json.Marshal(user) // a JS string literal; < > & are escaped
+	_, _ = io.WriteString(w, strings.ReplaceAll(page, "{{USER}}", string(js)))
 }
 
 type todoInput struct {

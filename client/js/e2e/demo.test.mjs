@@ -24,6 +24,8 @@ const out = process.env.E2E_OUT || join(repo, "client/js/e2e/out");
 // Channel tokens live 12 s in these tests: the server asks for a fresh one
 // halfway, so a test that runs past 18 s has outlived several tokens.
 const tokenTTL = 12;
+// The server pings every 2 s: a dead connection is noticed within 4 s.
+const heartbeat = 2;
 let schema, server, url, browser;
 const pg = (...args) => execFileSync(join(bin, "pgtool"), args, { encoding: "utf8" }).trim();
 const sql = (q) => pg("query", schema, q).split("\n").filter(Boolean).map((l) => JSON.parse(l));
@@ -31,7 +33,7 @@ const sql = (q) => pg("query", schema, q).split("\n").filter(Boolean).map((l) =>
 async function startServer(addr = "127.0.0.1:0") {
   const u = new URL(dbURL);
   u.searchParams.set("search_path", schema);
-  const child = spawn(join(bin, "todo"), ["-addr", addr], { env: { ...process.env, DATABASE_URL: u.href, TIDE_FEED_SCHEMA: schema + "_tide", TIDE_DEMO_TOKEN_TTL: tokenTTL + "s" }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(join(bin, "todo"), ["-addr", addr], { env: { ...process.env, DATABASE_URL: u.href, TIDE_FEED_SCHEMA: schema + "_tide", TIDE_DEMO_TOKEN_TTL: tokenTTL + "s", TIDE_DEMO_HEARTBEAT: heartbeat + "s" }, stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   child.stderr.on("data", (d) => (log += d));
   const got = await new Promise((ok, fail) => {
@@ -259,4 +261,68 @@ test("viewers: who else has a project open appears and leaves live (an app chann
   await viewers(c2, "Viewing now: carol");
   await carol.close();
   await dan.close();
+});
+
+test("a mutation over the frame limit settles at once as rejected (frame_too_large): pending back to 0, no optimistic row, none after a reload", { skip: !haveChrome }, async () => {
+  const ctx = await user("erin");
+  const p = await tab(ctx, "@erin");
+  await live(p);
+  const put = (title) =>
+    p.evaluate((title) => {
+      const t = { id: "big-" + title.length, project_id: "@erin", title, done: false };
+      const m = window.tide.mutate("todos", "put", t, { local: (tx) => tx.upsert("todos", t.id, t) });
+      return m.result.then(() => null, (e) => ({ name: e.name, code: e.code, message: e.message }));
+    }, title);
+  const refused = await put("x".repeat(70000));
+  assert.equal(refused?.code, "frame_too_large");
+  assert.equal(refused?.name, "RejectError");
+  assert.doesNotMatch(refused.message, /^tide:/, "a message to show a person");
+  await live(p, 0);
+  assert.equal(await p.locator("#list li[data-key=big-70000]").count(), 0, "no optimistic row");
+  await p.reload();
+  await live(p, 0);
+  assert.equal(await p.locator("#list li[data-key=big-70000]").count(), 0, "none after a reload");
+  // The server refuses what the mutator refuses, in the mutator's own words.
+  const invalid = await put(" ");
+  assert.equal(invalid?.code, "invalid_args");
+  assert.doesNotMatch(invalid.message, /tide:|json:|Go struct|putArgs/);
+  await live(p, 0);
+  assert.equal(sql("SELECT count(*) FROM todos WHERE project_id = '@erin'")[0][0], 0);
+  await ctx.close();
+});
+
+test("the network goes (setOffline): the status leaves live at once (within two heartbeats at most) and comes back live", { skip: !haveChrome }, async () => {
+  const ctx = await user("fay");
+  const p = await tab(ctx, "@fay");
+  await live(p);
+  await ctx.setOffline(true);
+  await p.waitForSelector("#status[data-state=offline]", { timeout: 2 * heartbeat * 1000 });
+  assert.equal(await p.evaluate(() => window.tide.status.getSnapshot().state), "offline");
+  assert.notEqual(await p.locator("#list").getAttribute("data-state"), "live", "no scope is live while the connection is not");
+  await ctx.setOffline(false);
+  await live(p);
+  await ctx.close();
+});
+
+test("a dead connection (the server's frames stop, the socket stays open): closed after two heartbeats without a frame, then live again", { skip: !haveChrome }, async () => {
+  const ctx = await user("gus");
+  const p = await ctx.newPage();
+  let sockets = 0;
+  let dead = false;
+  await p.routeWebSocket(/\/tide\/ws$/, (ws) => {
+    const server = ws.connectToServer();
+    const first = ++sockets === 1;
+    server.onMessage((m) => !(first && dead) && ws.send(m)); // the first socket goes silent when dead is set
+    ws.onMessage((m) => server.send(m));
+  });
+  await p.goto(url + "?project=@gus");
+  await live(p);
+  await p.evaluate(() => (window.tideStates = ["live"]));
+  dead = true;
+  // Offline may last only until the next socket's welcome: watch the states the page went through, not the DOM now.
+  await p.waitForFunction(() => window.tideStates.includes("offline"), null, { timeout: 3 * heartbeat * 1000 });
+  await live(p);
+  assert.equal(sockets, 2, "one reconnect");
+  assert.deepEqual((await p.evaluate(() => window.tideStates)).slice(0, 2), ["live", "offline"]);
+  await ctx.close();
 });

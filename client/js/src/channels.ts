@@ -2,21 +2,22 @@
 // channel the server declared: ephemeral messages, and optionally who is
 // subscribed (presence). Topics are joined on every connection until left;
 // messages sent while offline are not delivered later.
-import type { Member, ServerFrame } from "./protocol.js";
+import { problemOf, type Member, type ServerFrame } from "./protocol.js";
 import type { Client } from "./client.js";
+import type { Problem } from "./errors.js";
 import { Subscribable } from "./subscribable.js";
 
 /** A topic's state for a UI: its presence list and the last refusal. */
 export interface TopicSnapshot {
   members: Member[];
-  error?: { code: string; message: string };
+  error?: Problem;
 }
 
 /** A joined topic. Bind a UI with subscribe/getSnapshot, like Scope. */
 export class Topic extends Subscribable<TopicSnapshot> {
   /** @internal */ members_ = new Map<string, Member>();
   /** @internal */ handlers_ = new Set<(data: unknown, from: string) => void>();
-  /** @internal */ left_ = false;
+  /** @internal */ left_?: boolean;
 
   /** @internal */
   constructor(
@@ -62,7 +63,7 @@ export class Topic extends Subscribable<TopicSnapshot> {
     const c = this.client_;
     if (this.left_ && f.type !== "topic-unsubscribe") return false;
     if (c.welcomed_) c.send_(f);
-    return c.welcomed_;
+    return !!c.welcomed_;
   }
 
   /** @internal */
@@ -79,7 +80,7 @@ export class Topic extends Subscribable<TopicSnapshot> {
       for (const x of f.leaves) m.delete(x.id);
       for (const x of f.joins) m.set(x.id, x);
     } else if (f.type === "error") {
-      if (f.code !== "duplicate_subscription") this.put_({ ...this.s_, error: { code: f.code, message: f.message } });
+      if (f.code !== "duplicate_subscription") this.put_({ ...this.s_, error: problemOf(f) });
       return;
     } else return;
     this.put_({ members: [...m.values()] });

@@ -5,7 +5,7 @@ import { isObj, type Conditions, type Row } from "./protocol.js";
 function scalarJSON(x: unknown): string {
   if (typeof x === "string" || typeof x === "boolean") return JSON.stringify(x);
   if (typeof x === "number" && Number.isInteger(x)) return String(x);
-  throw new Error(`${JSON.stringify(x)} is not a scope condition value (string, integer or boolean)`);
+  throw new Error(`condition value ${JSON.stringify(x)}: a string, integer or boolean`);
 }
 
 /** The canonical JSON of a scope's conditions ("" for none), as the Go client builds it. */
@@ -17,7 +17,7 @@ export function canonicalConditions(c: Conditions | undefined): string {
     let j: string;
     if (isObj(v)) {
       const list = v.in;
-      if (!Array.isArray(list) || list.length === 0 || Object.keys(v).length !== 1) throw new Error(`condition ${col}: a scalar or {in: [scalars]} with at least one value`);
+      if (!Array.isArray(list) || list.length === 0 || Object.keys(v).length !== 1) throw new Error(`condition ${col}: a scalar or {in: [scalars]}`);
       const vals = [...new Set(list.map(scalarJSON))].sort();
       j = vals.length === 1 ? vals[0]! : `{"in":[${vals.join(",")}]}`;
     } else j = scalarJSON(v);

@@ -33,15 +33,16 @@ export type TopicFrame = { id?: undefined; topic: string } & (
 
 /** A decoded server frame (docs/protocol.md, "Server frames"). */
 export type ServerFrame =
-  | { type: "welcome"; build: string; limits: { [k: string]: number } }
+  | { type: "welcome"; build: string; principal: string; heartbeat_ms: number; limits: { [k: string]: number } }
+  | { type: "ping" }
   | { type: "changes"; id?: string; cursor: string; entries: Entry[]; more?: boolean }
   | { type: "caught-up"; id: string; cursor: string }
   | { type: "reset"; id?: string; reason: string }
-  | { type: "error"; id?: string; topic?: string; code: string; message: string }
+  | { type: "error"; id?: string; topic?: string; code: string; message: string; detail?: string }
   | { type: "update-available"; build: string }
   | { type: "refresh-token"; expires_in: number }
   | { type: "ack"; key: string; cursor: string; entries: Entry[]; replayed?: boolean }
-  | { type: "reject"; key: string; code: string; message: string }
+  | { type: "reject"; key: string; code: string; message: string; detail?: string }
   | TopicFrame;
 
 /** A protocol violation by the server, or a frame this client cannot use. */
@@ -55,33 +56,39 @@ export const isObj = (x: unknown): x is Obj => typeof x === "object" && x !== nu
 const str = (f: Obj, k: string, opt = false): string => {
   const v = f[k];
   if (v === undefined && opt) return "";
-  if (typeof v !== "string") throw new ProtocolError(`${String(f.type)}: "${k}" is not a string`);
+  if (typeof v !== "string") throw new ProtocolError(`${String(f.type)}: bad ${k}`);
   return v;
 };
 
 function decodeEntries(f: Obj): Entry[] {
   const list = f.entries ?? [];
-  if (!Array.isArray(list)) throw new ProtocolError(`${String(f.type)}: "entries" is not an array`);
+  if (!Array.isArray(list)) throw new ProtocolError(`${String(f.type)}: bad entries`);
   return list.map((e): Entry => {
-    if (!isObj(e)) throw new ProtocolError("an entry is not an object");
+    if (!isObj(e)) throw new ProtocolError("bad entry");
     const op = e.op;
     const key = str(e, "key");
     const out: Entry = { op: op as Entry["op"], key };
     if (op === "upsert") {
-      if (!isObj(e.row)) throw new ProtocolError(`upsert of ${key}: "row" is not an object`);
+      if (!isObj(e.row)) throw new ProtocolError(`bad row ${key}`);
       out.row = e.row;
-    } else if (op !== "delete") throw new ProtocolError(`entry ${key}: op ${JSON.stringify(op)}`);
+    } else if (op !== "delete") throw new ProtocolError(`bad op ${key}`);
     if (e.origin !== undefined) out.origin = str(e, "origin");
     if (e.resource !== undefined) out.resource = str(e, "resource");
     return out;
   });
 }
 
+/** The code, message and detail of a decoded error or reject frame, as an app is shown them. */
+export const problemOf = (f: { code: string; message: string; detail?: string }) => ({ code: f.code, message: f.message, ...(f.detail ? { detail: f.detail } : {}) });
+
+/** An error's or a reject's code, presentable message and, when present, detail for developers. */
+const problem = (f: Obj) => ({ code: str(f, "code"), message: str(f, "message", true), ...(f.detail !== undefined ? { detail: str(f, "detail") } : {}) });
+
 function decodeMembers(f: Obj, k: string): Member[] {
   const list = f[k] ?? [];
-  if (!Array.isArray(list)) throw new ProtocolError(`${String(f.type)}: "${k}" is not an array`);
+  if (!Array.isArray(list)) throw new ProtocolError(`${String(f.type)}: bad ${k}`);
   return list.map((m): Member => {
-    if (!isObj(m)) throw new ProtocolError("a member is not an object");
+    if (!isObj(m)) throw new ProtocolError("bad member");
     return { id: str(m, "id"), principal: str(m, "principal", true), state: m.state };
   });
 }
@@ -96,15 +103,19 @@ export function decodeServerFrame(text: string): ServerFrame {
   try {
     f = JSON.parse(text);
   } catch {
-    throw new ProtocolError("a frame is not JSON");
+    throw new ProtocolError("not JSON");
   }
-  if (!isObj(f)) throw new ProtocolError("a frame is not a JSON object");
-  if (f.v !== 1) throw new ProtocolError(`unsupported protocol version ${JSON.stringify(f.v)}`);
+  if (!isObj(f)) throw new ProtocolError("not a JSON object");
+  if (f.v !== 1) throw new ProtocolError(`bad version ${f.v}`);
   const type = f.type;
   const id = () => (f.id !== undefined ? { id: str(f, "id") } : {});
   switch (type) {
-    case "welcome":
-      return { type, build: str(f, "build", true), limits: isObj(f.limits) ? (f.limits as { [k: string]: number }) : {} };
+    case "welcome": {
+      const hb = f.heartbeat_ms;
+      return { type, build: str(f, "build", true), principal: str(f, "principal", true), heartbeat_ms: typeof hb === "number" && hb > 0 ? hb : 0, limits: isObj(f.limits) ? (f.limits as { [k: string]: number }) : {} };
+    }
+    case "ping":
+      return { type };
     case "changes":
       return { type, ...id(), cursor: str(f, "cursor"), entries: decodeEntries(f), ...(f.more === true ? { more: true } : {}) };
     case "caught-up":
@@ -112,16 +123,16 @@ export function decodeServerFrame(text: string): ServerFrame {
     case "reset":
       return { type, ...id(), reason: str(f, "reason", true) };
     case "error":
-      return { type, ...id(), ...(f.topic !== undefined ? { topic: str(f, "topic") } : {}), code: str(f, "code"), message: str(f, "message", true) };
+      return { type, ...id(), ...(f.topic !== undefined ? { topic: str(f, "topic") } : {}), ...problem(f) };
     case "update-available":
       return { type, build: str(f, "build", true) };
     case "refresh-token":
-      if (typeof f.expires_in !== "number") throw new ProtocolError(`refresh-token: "expires_in" is not a number`);
+      if (typeof f.expires_in !== "number") throw new ProtocolError("refresh-token: bad expires_in");
       return { type, expires_in: f.expires_in };
     case "ack":
       return { type, key: str(f, "key"), cursor: str(f, "cursor", true), entries: decodeEntries(f), ...(f.replayed === true ? { replayed: true } : {}) };
     case "reject":
-      return { type, key: str(f, "key"), code: str(f, "code"), message: str(f, "message", true) };
+      return { type, key: str(f, "key"), ...problem(f) };
     // App channels (docs/channels.md).
     case "message":
       if (f.data === undefined) throw new ProtocolError(`message: no "data"`);
@@ -133,5 +144,5 @@ export function decodeServerFrame(text: string): ServerFrame {
     case "topic-subscribed":
       return { type, topic: str(f, "topic"), presence: f.presence === true };
   }
-  throw new ProtocolError(`unknown frame type ${JSON.stringify(type)}`);
+  throw new ProtocolError(`unknown frame type ${type}`);
 }

@@ -55,8 +55,8 @@ export function deferred<T>(): Deferred<T> {
 }
 
 /** What the client keeps for a pending mutation: its result and settled promises. */
-export type Handle = { result: Deferred<Result>; settled: Deferred<void> };
-export const handle = (): Handle => ({ result: deferred(), settled: deferred() });
+export type Handle = { r_: Deferred<Result>; s_: Deferred<void> };
+export const handle = (): Handle => ({ r_: deferred(), s_: deferred() });
 
 const clone = <T>(x: T): T => JSON.parse(JSON.stringify(x)) as T;
 
@@ -87,5 +87,5 @@ export const frameOf = (it: LogItem) => ({
   name: it.name,
   args: it.args ?? {},
   at: it.at,
-  ...(it.traceparent ? { traceparent: it.traceparent } : {}),
+  traceparent: it.traceparent, // (JSON leaves it out when undefined)
 });

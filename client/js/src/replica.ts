@@ -30,7 +30,7 @@ function resolve(s: Strategy, local: Row | null, base: Row | null, server: Row |
     return typeof lc === "number" && (typeof sc !== "number" || lc > sc) ? local : server;
   }
   const out = s.merge(local, base, server);
-  if (out !== null && !isObj(out)) throw new Error("a merge returns a row (an object) or null");
+  if (out !== null && !isObj(out)) throw new Error("a merge returns a row or null");
   return out;
 }
 
@@ -63,6 +63,8 @@ export interface LogItem {
   traceparent?: string;
   /** @internal In memory: the strategy (a merge is not persisted). */
   run_?: Strategy;
+  /** @internal In memory: connections the server closed after it was sent, before answering it. */
+  tries_?: number;
 }
 
 /** The local copy of one scope. */
@@ -121,6 +123,7 @@ export class Replica {
   }
 
   computeView_(sc: ScopeCopy): Map<string, Row> {
+    if (sc.refused_) return new Map(); // a refused scope shows nothing, not even pending writes
     let view: Map<string, Row> | null = null;
     for (const it of this.log_)
       for (const op of it.ops) {

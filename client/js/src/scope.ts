@@ -3,6 +3,7 @@ import type { Conditions, Row } from "./protocol.js";
 import type { ScopeCopy } from "./replica.js";
 import type { ScopeRecord } from "./storage.js";
 import type { Client } from "./client.js";
+import type { Problem } from "./errors.js";
 import { Subscribable } from "./subscribable.js";
 
 /** A scope's state: loading (nothing yet), cached (rows from the store), catching-up, live, error. */
@@ -13,15 +14,16 @@ export interface ScopeSnapshot {
   readonly rows: readonly Row[];
   readonly byKey: ReadonlyMap<string, Row>;
   readonly state: ScopeState;
-  readonly error?: { code: string; message: string };
+  /** Why the scope is in state error: code, message (presentable) and detail (for developers). */
+  readonly error?: Problem;
 }
 
 /** The stored form of a scope's copy with the given cursor and rows. */
 export const record = (c: ScopeCopy, cursor: string, rows: Map<string, Row>): ScopeRecord => ({
   digest: c.digest,
   resource: c.resource,
-  ...(c.resources ? { resources: c.resources } : {}),
-  ...(c.conditions ? { conditions: c.conditions } : {}),
+  resources: c.resources,
+  conditions: c.conditions,
   cursor,
   rows: Object.fromEntries(rows),
 });
@@ -44,15 +46,17 @@ export async function digestOf(names: string[], condJSON: string): Promise<strin
 /** A synced scope: its rows and state as a subscribe/getSnapshot pair. */
 export class Scope extends Subscribable<ScopeSnapshot> {
   /** @internal */ copy_: ScopeCopy | null = null;
+  /** @internal Its stored record was loaded: it may be subscribed. */ loaded_?: boolean;
   /** @internal The current subscription id. */ sub_ = "";
-  /** @internal Refused for good (forbidden, unknown_resource ...). */ stopped_ = false;
-  /** @internal */ resetNext_ = false;
+  /** @internal Refused for good (forbidden, unknown_resource ...). */ stopped_?: boolean;
+  /** @internal */ resetNext_?: boolean;
   /** @internal */ ready_: Promise<void>;
   /** @internal */ pollTimer_: ReturnType<typeof setTimeout> | undefined;
 
   /** @internal */
   constructor(
     /** @internal */ public client_: Client,
+    /** @internal Its resources and canonical conditions: what makes two scopes the same. */ public key_: string,
     readonly resource: string,
     readonly conditions: Conditions | undefined,
     condJSON: string,
@@ -69,13 +73,20 @@ export class Scope extends Subscribable<ScopeSnapshot> {
   }
 
   /** @internal Publishes a new snapshot if the rows or the state changed. */
-  set_(state?: ScopeState, error?: { code: string; message: string }) {
+  set_(state?: ScopeState, error?: Problem) {
     const snap = this.s_;
     const view = this.copy_?.view_ ?? new Map<string, Row>();
     const st = state ?? snap.state;
     const err = st === "error" ? (error ?? snap.error) : undefined;
     if (view !== snap.byKey || st !== snap.state || err !== snap.error) this.put_({ rows: [...view.values()], byKey: view, state: st, ...(err ? { error: err } : {}) });
   }
+
+  /**
+   * Subscribes the scope again from no cursor, on this same object: after
+   * an error (access granted again), or to resync. A refused scope stays
+   * refused until retried.
+   */
+  retry = () => this.client_.resubscribe_(this);
 
   /** Stops syncing the scope in this client (its stored copy stays). */
   close() {

@@ -15,7 +15,11 @@ export interface ScopeRecord {
   rows: { [key: string]: Row };
 }
 
-/** Where the client keeps scopes, the offline queue and the device's origin. */
+/**
+ * Where the client keeps scopes, the offline queue and its meta data: the
+ * device's origin, the principal the data belongs to, the server's frame
+ * limit.
+ */
 export interface Store {
   loadScope(digest: string): Promise<ScopeRecord | undefined>;
   /** Saves rec unless the stored cursor is ahead of it (another tab got further); reset forces it. */
@@ -23,7 +27,11 @@ export interface Store {
   loadQueue(): Promise<LogItem[]>;
   putMutation(it: LogItem): Promise<void>;
   deleteMutation(key: string): Promise<void>;
-  meta(name: string, make: () => string): Promise<string>;
+  /** The meta value name; if it is unset and make is given, make()'s value is stored and returned. */
+  meta(name: string, make?: () => string): Promise<string | undefined>;
+  setMeta(name: string, value: string): Promise<void>;
+  /** Deletes everything: scopes, queue and meta. */
+  clear(): Promise<void>;
   /** Every stored scope: the scopes the client follows, resumed on start. */
   listScopes?(): Promise<ScopeRecord[]>;
   deleteScope?(digest: string): Promise<void>;
@@ -31,7 +39,7 @@ export interface Store {
 
 /** The queued form of a log item: what is persisted (the in-memory fields left out). */
 export const toStored = (it: LogItem): LogItem => {
-  const { run_: _r, ...rest } = it;
+  const { run_: _r, tries_: _t, ...rest } = it;
   return JSON.parse(JSON.stringify(rest)) as LogItem;
 };
 
@@ -53,8 +61,12 @@ export function memoryStore(): Store {
     putMutation: async (it) => void queue.set(it.key, toStored(it)),
     deleteMutation: async (k) => void queue.delete(k),
     async meta(n, make) {
-      if (!metas.has(n)) metas.set(n, make());
-      return metas.get(n)!;
+      if (make && !metas.has(n)) metas.set(n, make());
+      return metas.get(n);
+    },
+    setMeta: async (n, v) => void metas.set(n, v),
+    async clear() {
+      for (const m of [scopes, queue, metas]) m.clear();
     },
   };
 }
@@ -67,11 +79,11 @@ const req = <T>(r: IDBRequest<T>) =>
 const done = (t: IDBTransaction) =>
   new Promise<void>((ok, fail) => {
     t.oncomplete = () => ok();
-    t.onerror = t.onabort = () => fail(t.error ?? new Error("tide: IndexedDB transaction aborted"));
+    t.onerror = t.onabort = () => fail(t.error ?? new Error("tide: IndexedDB aborted"));
   });
 
 /**
- * indexedDBStore keeps scopes, the queue and the origin in IndexedDB,
+ * indexedDBStore keeps scopes, the queue and the meta data in IndexedDB,
  * shared by the origin's tabs. Each scope is one record (rows and cursor)
  * written in one transaction that first checks no other tab stored a newer
  * cursor, so the stored cursor only moves forward (or back to none on reset).
@@ -107,9 +119,15 @@ export async function indexedDBStore(name = "tide"): Promise<Store> {
     async meta(n, make) {
       const os = tx("meta", "readwrite");
       let v = (await req(os.get(n))) as string | undefined;
-      if (v === undefined) os.put((v = make()), n);
+      if (v === undefined && make) os.put((v = make()), n);
       await done(os.transaction);
       return v;
+    },
+    setMeta: (n, v) => write("meta", (os) => os.put(v, n)),
+    async clear() {
+      const t = db.transaction(["scopes", "queue", "meta"], "readwrite");
+      for (const s of ["scopes", "queue", "meta"]) t.objectStore(s).clear();
+      await done(t);
     },
   };
 }

@@ -38,10 +38,10 @@ export class FakeWS {
 }
 
 /** Waits until fn returns a truthy value (polled on the event loop), at most ms. */
-export async function until<T>(what: string, fn: () => T | undefined | null | false, ms = 5000): Promise<T> {
+export async function until<T>(what: string, fn: () => T | undefined | null | false | Promise<T | undefined | null | false>, ms = 5000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
-    const v = fn();
+    const v = await fn();
     if (v) return v;
     if (Date.now() > end) throw new Error("timed out waiting for " + what);
     await new Promise((r) => setImmediate(r));

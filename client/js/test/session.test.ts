@@ -48,9 +48,9 @@ test("session: hello with build and a persisted origin, subscribe, snapshot, cau
   cl.close();
 });
 
-test("rows and cursor persist: a new client shows stored rows before its socket opens", async () => {
+test("rows and cursor persist: with the user option, a new client shows stored rows before its socket opens", async () => {
   const store = memoryStore();
-  let { cl } = client({ store });
+  let { cl } = client({ store, user: "u1" });
   let scope = cl.scope("todos");
   const ws = await welcomed();
   const sub = await until("subscribe", () => ws.of("subscribe")[0]);
@@ -58,7 +58,7 @@ test("rows and cursor persist: a new client shows stored rows before its socket 
   await until("row", () => scope.getSnapshot().rows.length === 1);
   cl.close();
   FakeWS.autoOpen = false;
-  cl = createClient({ url: "http://app.test/tide", store, WebSocket: FakeWS as unknown as typeof WebSocket });
+  cl = createClient({ url: "http://app.test/tide", store, user: "u1", WebSocket: FakeWS as unknown as typeof WebSocket });
   scope = cl.scope("todos");
   await until("cached rows", () => scope.getSnapshot().state === "cached" && scope.getSnapshot().byKey.has("a"));
   cl.close();
@@ -196,8 +196,8 @@ test("the offline queue survives a new client: restored, shown, resent with its 
   cl.close();
   ({ cl } = client({ store }));
   const scope = cl.scope("todos");
+  const ws = await welcomed(); // without the user option, stored data shows once the server said whose session it is
   await until("restored optimistic row", () => scope.getSnapshot().byKey.has("q"));
-  const ws = await welcomed();
   const mf = await until("resent", () => ws.of("mutate")[0]);
   assert.equal(mf.key, m.key);
   cl.close();

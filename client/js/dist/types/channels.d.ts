@@ -1,12 +1,10 @@
-import type { Member } from "./protocol.js";
+import { type Member } from "./protocol.js";
+import type { Problem } from "./errors.js";
 import { Subscribable } from "./subscribable.js";
 /** A topic's state for a UI: its presence list and the last refusal. */
 export interface TopicSnapshot {
     members: Member[];
-    error?: {
-        code: string;
-        message: string;
-    };
+    error?: Problem;
 }
 /** A joined topic. Bind a UI with subscribe/getSnapshot, like Scope. */
 export declare class Topic extends Subscribable<TopicSnapshot> {

@@ -1,7 +1,7 @@
-import { ConflictError } from "./errors.js";
+import { ConflictError, RejectError } from "./errors.js";
 import { type Conditions, type ServerFrame } from "./protocol.js";
 import { type Store } from "./storage.js";
-import { Scope, type ScopeState } from "./scope.js";
+import { Scope } from "./scope.js";
 import { type MutateOptions, type Mutation } from "./queue.js";
 import { Topic } from "./channels.js";
 import { Subscribable } from "./subscribable.js";
@@ -36,6 +36,17 @@ export type ClientEvent = {
     type: "close";
     code: number;
     reason: string;
+}
+/** The store held another principal's data: it was discarded (its queued mutations rejected with code principal_changed). */
+ | {
+    type: "principal-changed";
+    from: string;
+    to: string;
+}
+/** A queued mutation the server closed 5 connections on without answering was settled as rejected (code undeliverable). */
+ | {
+    type: "undeliverable";
+    error: RejectError;
 };
 /** createClient's options. */
 export interface Options {
@@ -45,10 +56,19 @@ export interface Options {
     build?: string;
     /** A channel token provider, called for every hello and on refresh-token. */
     token?: () => string | Promise<string>;
+    /**
+     * The app's key for the signed-in user: the client keeps this user's data
+     * in its own IndexedDB database (`<dbName>:<user>`) and shows its cached
+     * rows before the socket opens. Without it, stored rows are shown and the
+     * queue is sent only once the server confirmed whose store it is.
+     */
+    user?: string;
     /** "indexeddb" (default when available), "memory", or a Store. */
     store?: "indexeddb" | "memory" | Store;
     /** The IndexedDB database name; default "tide". */
     dbName?: string;
+    /** The device's origin id; default one made once per store and kept in it. */
+    origin?: string;
     /** "auto" (WebSocket, polling when it is unavailable), "ws" or "poll". */
     transport?: "auto" | "ws" | "poll";
     /** How long polling waits between polls of a caught-up scope; default 2000 ms. */
@@ -71,13 +91,20 @@ export declare class Client {
     /** The connection's status as a subscribe/getSnapshot pair. */
     readonly status: Subscribable<Status>;
     /**
+     * Wipes the local data of the current store: rows, cursors, queue (each
+     * pending mutation is rejected with code "cleared") and meta, here and in
+     * the other tabs on the store; every scope is emptied and resubscribed.
+     * The logout call: the next session's welcome claims the empty store.
+     */
+    clearLocalData(): Promise<void>;
+    /**
      * Starts syncing a scope (the same scope twice returns the same Scope):
      * one resource, or several sharing the conditions' columns under one
      * cursor, whose transactions arrive whole. The scope is followed until
      * forget: a client started again on the same store resumes it.
      */
     scope(resource: string | string[], conditions?: Conditions): Scope;
-    /** The scopes this client follows, those resumed from the store included. */
+    /** The scopes this client follows, once the stored ones are resumed (without the user option: once the server confirmed whose store it is). */
     followed(): Promise<Scope[]>;
     /** Stops following s for good: it is closed and its stored copy deleted. */
     forget(s: Scope): Promise<void>;
@@ -88,10 +115,13 @@ export declare class Client {
     /** Pending (unsettled) mutations, oldest first. */
     get pendingKeys(): string[];
     /**
-     * mutate asks the server to run the resource's mutator name with args.
-     * local, if given, changes the local copy at once (optimistically); the
-     * mutation is queued (persisted) and sent, and resent with its key until
-     * answered.
+     * mutate asks the server to run the resource's mutator name with args (a
+     * JSON object). local, if given, changes the local copy at once
+     * (optimistically); the mutation is queued (persisted) and sent, and
+     * resent with its key until answered. A mutation that can never be sent
+     * (args that are not a JSON object: invalid_args; a frame over the
+     * server's max_frame_bytes: frame_too_large) is refused at once: its
+     * result rejects with a RejectError, nothing is queued or applied.
      */
     mutate(resource: string, name: string, args?: unknown, mo?: MutateOptions): Mutation;
     /** Reconnects at once: after an error state (new credentials), or to skip a backoff wait. */
@@ -99,4 +129,3 @@ export declare class Client {
     /** Ends the connection and every timer; stored data stays. */
     close(): void;
 }
-export type { ScopeState };

@@ -47,9 +47,13 @@ export type TopicFrame = {
 export type ServerFrame = {
     type: "welcome";
     build: string;
+    principal: string;
+    heartbeat_ms: number;
     limits: {
         [k: string]: number;
     };
+} | {
+    type: "ping";
 } | {
     type: "changes";
     id?: string;
@@ -70,6 +74,7 @@ export type ServerFrame = {
     topic?: string;
     code: string;
     message: string;
+    detail?: string;
 } | {
     type: "update-available";
     build: string;
@@ -87,6 +92,7 @@ export type ServerFrame = {
     key: string;
     code: string;
     message: string;
+    detail?: string;
 } | TopicFrame;
 /** A protocol violation by the server, or a frame this client cannot use. */
 export declare class ProtocolError extends Error {
@@ -96,6 +102,16 @@ type Obj = {
     [k: string]: unknown;
 };
 export declare const isObj: (x: unknown) => x is Obj;
+/** The code, message and detail of a decoded error or reject frame, as an app is shown them. */
+export declare const problemOf: (f: {
+    code: string;
+    message: string;
+    detail?: string;
+}) => {
+    detail?: string | undefined;
+    code: string;
+    message: string;
+};
 /**
  * decodeServerFrame parses one server frame (a WebSocket text message or a
  * polling response body) and checks the fields this client relies on.

@@ -47,15 +47,14 @@ export type Deferred<T> = {
 export declare function deferred<T>(): Deferred<T>;
 /** What the client keeps for a pending mutation: its result and settled promises. */
 export type Handle = {
-    result: Deferred<Result>;
-    settled: Deferred<void>;
+    r_: Deferred<Result>;
+    s_: Deferred<void>;
 };
 export declare const handle: () => Handle;
 /** Runs a mutation's local function against the replica; returns its row ops. */
 export declare function localOps(r: Replica, local: ((tx: LocalTx) => void) | undefined): Op[];
 /** The mutate frame of a queued mutation: key right after type, so a server can read it from a frame's head. */
 export declare const frameOf: (it: LogItem) => {
-    traceparent?: string | undefined;
     type: string;
     key: string;
     seq: number;
@@ -63,4 +62,5 @@ export declare const frameOf: (it: LogItem) => {
     name: string;
     args: {};
     at: number;
+    traceparent: string | undefined;
 };

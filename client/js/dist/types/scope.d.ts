@@ -1,6 +1,7 @@
 import type { Conditions, Row } from "./protocol.js";
 import type { ScopeCopy } from "./replica.js";
 import type { ScopeRecord } from "./storage.js";
+import type { Problem } from "./errors.js";
 import { Subscribable } from "./subscribable.js";
 /** A scope's state: loading (nothing yet), cached (rows from the store), catching-up, live, error. */
 export type ScopeState = "loading" | "cached" | "catching-up" | "live" | "error";
@@ -9,10 +10,8 @@ export interface ScopeSnapshot {
     readonly rows: readonly Row[];
     readonly byKey: ReadonlyMap<string, Row>;
     readonly state: ScopeState;
-    readonly error?: {
-        code: string;
-        message: string;
-    };
+    /** Why the scope is in state error: code, message (presentable) and detail (for developers). */
+    readonly error?: Problem;
 }
 /** The stored form of a scope's copy with the given cursor and rows. */
 export declare const record: (c: ScopeCopy, cursor: string, rows: Map<string, Row>) => ScopeRecord;
@@ -37,6 +36,12 @@ export declare class Scope extends Subscribable<ScopeSnapshot> {
     readonly resources?: string[] | undefined;
     /** The rows of one of the scope's resources (a scope of several). */
     rowsOf(resource: string): Row[];
+    /**
+     * Subscribes the scope again from no cursor, on this same object: after
+     * an error (access granted again), or to resync. A refused scope stays
+     * refused until retried.
+     */
+    retry: () => void;
     /** Stops syncing the scope in this client (its stored copy stays). */
     close(): void;
 }

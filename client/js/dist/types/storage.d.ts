@@ -11,7 +11,11 @@ export interface ScopeRecord {
         [key: string]: Row;
     };
 }
-/** Where the client keeps scopes, the offline queue and the device's origin. */
+/**
+ * Where the client keeps scopes, the offline queue and its meta data: the
+ * device's origin, the principal the data belongs to, the server's frame
+ * limit.
+ */
 export interface Store {
     loadScope(digest: string): Promise<ScopeRecord | undefined>;
     /** Saves rec unless the stored cursor is ahead of it (another tab got further); reset forces it. */
@@ -19,7 +23,11 @@ export interface Store {
     loadQueue(): Promise<LogItem[]>;
     putMutation(it: LogItem): Promise<void>;
     deleteMutation(key: string): Promise<void>;
-    meta(name: string, make: () => string): Promise<string>;
+    /** The meta value name; if it is unset and make is given, make()'s value is stored and returned. */
+    meta(name: string, make?: () => string): Promise<string | undefined>;
+    setMeta(name: string, value: string): Promise<void>;
+    /** Deletes everything: scopes, queue and meta. */
+    clear(): Promise<void>;
     /** Every stored scope: the scopes the client follows, resumed on start. */
     listScopes?(): Promise<ScopeRecord[]>;
     deleteScope?(digest: string): Promise<void>;
@@ -29,7 +37,7 @@ export declare const toStored: (it: LogItem) => LogItem;
 /** memoryStore keeps everything in this page's memory. */
 export declare function memoryStore(): Store;
 /**
- * indexedDBStore keeps scopes, the queue and the origin in IndexedDB,
+ * indexedDBStore keeps scopes, the queue and the meta data in IndexedDB,
  * shared by the origin's tabs. Each scope is one record (rows and cursor)
  * written in one transaction that first checks no other tab stored a newer
  * cursor, so the stored cursor only moves forward (or back to none on reset).
