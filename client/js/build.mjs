@@ -1,6 +1,9 @@
 // Builds dist/ from src/: dist/tide.js (one minified ES module of
 // src/index.ts and the modules it imports, what the middleware serves),
-// dist/tide.d.ts with the declarations of the modules in dist/types/.
+// dist/react.js (the React hooks of src/react.ts, the package's
+// "@tidesync/client/react"; React is a peer dependency, never bundled), and
+// dist/tide.d.ts and dist/react.d.ts over the modules' declarations in
+// dist/types/.
 // Properties whose names end in "_" are internal and mangled (esbuild
 // mangleProps; the public API never ends a name so). With --check, builds
 // into a temporary directory and fails if the committed dist/ differs;
@@ -26,6 +29,23 @@ try {
   mkdirSync(out, { recursive: true });
   execFileSync(join(here, "node_modules/.bin/tsc"), ["-p", join(here, "tsconfig.json"), "--outDir", join(out, "types")], { stdio: "inherit" });
   writeFileSync(join(out, "tide.d.ts"), '// The types of dist/tide.js (@tidesync/client): see types/index.d.ts.\nexport * from "./types/index.js";\n');
+  writeFileSync(join(out, "react.d.ts"), '// The types of dist/react.js (@tidesync/client/react): see types/react.d.ts.\nexport * from "./types/react.js";\n');
+  const react = await esbuild.build({
+    ...common,
+    entryPoints: [join(here, "src/react.ts")],
+    external: ["react"],
+    minify: true,
+    legalComments: "none",
+    metafile: true,
+    banner: { js: "// @tidesync/client/react, React hooks for tide's browser client: see client/js/src/react.ts" },
+    outfile: join(out, "react.js"),
+  });
+  // The hooks use the client through its public API only: nothing of it is bundled twice.
+  const inputs = Object.keys(Object.values(react.metafile.outputs)[0].inputs);
+  if (inputs.join() !== "src/react.ts") {
+    console.error(`react.js bundles more than src/react.ts: ${inputs.join(", ")}`);
+    process.exitCode = 1;
+  }
   await esbuild.build({
     ...common,
     entryPoints: [join(here, "src/index.ts")],

@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import * as esbuild from "esbuild";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "../../..");
 const chromePath = process.env.CHROMIUM || "/usr/bin/chromium";
@@ -324,5 +325,56 @@ test("a dead connection (the server's frames stop, the socket stays open): close
   await live(p);
   assert.equal(sockets, 2, "one reconnect");
   assert.deepEqual((await p.evaluate(() => window.tideStates)).slice(0, 2), ["live", "offline"]);
+  await ctx.close();
+});
+
+test("React: useScope shows a refused scope with no rows, survives a change of principal, and recovers with retry() on the same Scope", { skip: !haveChrome }, async () => {
+  // The page: e2e/react/app.jsx with React from node_modules and the client
+  // as an app gets it (the package's exports), served on the demo's origin.
+  const js = (await esbuild.build({
+    entryPoints: [join(dirname(fileURLToPath(import.meta.url)), "react/app.jsx")],
+    bundle: true,
+    format: "esm",
+    jsx: "automatic",
+    define: { "process.env.NODE_ENV": '"production"' },
+    write: false,
+    logLevel: "warning",
+  })).outputFiles[0].text;
+  const html = '<!doctype html><meta charset="utf-8"><div id="root"></div><script type="module" src="/react-e2e.js"></script>';
+  const bob = await user("bob");
+  const made = await bob.request.post(url + "api/todos", { data: { project_id: "@bob", title: "bob in react" } });
+  assert.equal(made.status(), 201);
+  await bob.close();
+  const ctx = await user("alice");
+  await ctx.route((u) => u.pathname === "/react-e2e.html" || u.pathname === "/react-e2e.js", (route) =>
+    route.fulfill(route.request().url().includes(".js") ? { contentType: "text/javascript", body: js } : { contentType: "text/html", body: html }),
+  );
+  const p = await ctx.newPage();
+  p.on("pageerror", (e) => console.error("page error:", e.message));
+  await p.goto(url + "react-e2e.html?project=@bob&title=%20");
+  // alice may not see @bob: an error state with the server's reason and no rows.
+  await p.waitForSelector("#scope[data-state=error]", T);
+  assert.match(await p.textContent("#scope"), /^error: forbidden: /);
+  assert.equal(await p.locator("#rows li").count(), 0);
+  await p.waitForSelector("#status[data-state=live]", T);
+  const list = await p.$("#rows");
+  // Another user signs in in this browser profile; the app reconnects. The
+  // store was alice's: the client discards it (principal-changed) and keeps
+  // the refused scope refused until the app retries.
+  await ctx.addCookies([{ name: "todo_demo_user", value: "bob", url }]);
+  await p.click("#reconnect");
+  await p.waitForFunction(() => window.tide.status.getSnapshot().state === "live", null, T);
+  assert.equal(await p.getAttribute("#scope", "data-state"), "error");
+  assert.deepEqual(await p.evaluate(() => window.principalChanges), [["alice", "bob"]]);
+  await p.click("#retry");
+  await p.waitForSelector("#scope[data-state=live]", T);
+  await p.locator('#rows li:has-text("bob in react")').waitFor(T);
+  assert.equal(await list.evaluate((e) => e.isConnected), true, "the component was never remounted");
+  assert.equal(await p.evaluate(() => window.scopes.size), 1, "one Scope object throughout");
+  // useMutation: the mutator's refusal, as the person is shown it.
+  await p.click("#add");
+  await p.waitForSelector("#add-error[data-code=invalid_args]", T);
+  assert.doesNotMatch(await p.textContent("#add-error"), /tide:|json:|Go struct/);
+  await p.waitForSelector("#status[data-pending='0']", T);
   await ctx.close();
 });
