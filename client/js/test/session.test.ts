@@ -187,9 +187,10 @@ test("mutate: a traceparent is sent with the mutation; a bad one is refused befo
   cl.close();
 });
 
-test("the offline queue survives a new client: restored, shown, resent with its original key", async () => {
+test("the offline queue survives a new client: restored, shown, resent with its original key under the store's origin", async () => {
   const store = memoryStore();
   let { cl } = client({ store });
+  const origin = (await until("hello", () => FakeWS.all[0]?.of("hello")[0])).origin;
   cl.scope("todos");
   const m = cl.mutate("todos", "put", { id: "q" }, { local: (tx) => tx.upsert("todos", "q", { id: "q" }) });
   await m.queued;
@@ -200,6 +201,11 @@ test("the offline queue survives a new client: restored, shown, resent with its 
   await until("restored optimistic row", () => scope.getSnapshot().byKey.has("q"));
   const mf = await until("resent", () => ws.of("mutate")[0]);
   assert.equal(mf.key, m.key);
+  assert.equal(ws.of("hello")[0]!.origin, origin, "the same origin: the server answers a repeat as replayed");
+  cl.close();
+  // An explicit origin overrides the stored one.
+  ({ cl } = client({ store, origin: "device-7" }));
+  assert.equal((await until("hello", () => FakeWS.all[0]?.of("hello")[0])).origin, "device-7");
   cl.close();
 });
 
