@@ -219,7 +219,6 @@ export class Client {
       if (from !== undefined) {
         await this.discard_("principal_changed", "signed in as another user");
         await store.clear();
-        await store.setMeta("origin", this.origin_);
         this.bc_?.postMessage(["clear", "principal_changed"]);
         this.emit_({ type: "principal-changed", from, to: p });
       }
@@ -261,8 +260,8 @@ export class Client {
 
   /**
    * Wipes the local data of the current store: rows, cursors, queue (each
-   * pending mutation is rejected with code "cleared") and meta, here and in
-   * the other tabs on the store; every scope is emptied and resubscribed.
+   * pending mutation is rejected with code "cleared") and meta but the
+   * device's origin, here and in the other tabs on the store; every scope is emptied and resubscribed.
    * The logout call: the next session's welcome claims the empty store.
    */
   async clearLocalData(): Promise<void> {

@@ -30,7 +30,13 @@ export interface Store {
   /** The meta value name; if it is unset and make is given, make()'s value is stored and returned. */
   meta(name: string, make?: () => string): Promise<string | undefined>;
   setMeta(name: string, value: string): Promise<void>;
-  /** Deletes everything: scopes, queue and meta. */
+  /**
+   * Deletes the scopes, the queue and the meta data but the device's
+   * origin, in one step: the origin names the device, whoever signs in on
+   * it, and every tab on the store must send the shared queue under it
+   * (the server scopes a key to principal and origin: a tab that sent a
+   * queued key under a new origin would have it run again).
+   */
   clear(): Promise<void>;
   /** Every stored scope: the scopes the client follows, resumed on start. */
   listScopes?(): Promise<ScopeRecord[]>;
@@ -66,7 +72,9 @@ export function memoryStore(): Store {
     },
     setMeta: async (n, v) => void metas.set(n, v),
     async clear() {
+      const origin = metas.get("origin");
       for (const m of [scopes, queue, metas]) m.clear();
+      if (origin !== undefined) metas.set("origin", origin);
     },
   };
 }
@@ -126,7 +134,9 @@ export async function indexedDBStore(name = "tide"): Promise<Store> {
     setMeta: (n, v) => write("meta", (os) => os.put(v, n)),
     async clear() {
       const t = db.transaction(["scopes", "queue", "meta"], "readwrite");
+      const origin = await req(t.objectStore("meta").get("origin"));
       for (const s of ["scopes", "queue", "meta"]) t.objectStore(s).clear();
+      if (origin !== undefined) t.objectStore("meta").put(origin, "origin");
       await done(t);
     },
   };

@@ -92,7 +92,7 @@ test("a page whose session changes user mid-way: its pending mutations are rejec
   cl.close();
 });
 
-test("clearLocalData wipes rows, cursors, queue and meta, rejects the pending mutations, empties every scope, and the next welcome claims the store", async () => {
+test("clearLocalData wipes rows, cursors, queue and meta but the origin, rejects the pending mutations, empties every scope, and the next welcome claims the store", async () => {
   const store = memoryStore();
   const { cl } = client({ store });
   const s = cl.scope("todos");
@@ -119,6 +119,13 @@ test("clearLocalData wipes rows, cursors, queue and meta, rejects the pending mu
   assert.equal(sub2.cursor, undefined);
   await until("claimed", async () => (await store.meta("principal")) === "carol");
   cl.close();
+  // The device keeps its origin: a tab that started before the clear and
+  // one that starts after it send the shared queue under one origin.
+  assert.equal(await store.meta("origin"), origin, "the origin survives the clear");
+  const later = client({ store }).cl; // a tab started after the clear
+  const hello = await until("hello", () => FakeWS.all[0]?.of("hello")[0]);
+  later.close();
+  assert.equal(hello.origin, origin, "a tab started after the clear says the same origin");
 });
 
 test("the user option: a database per user, rows shown before the socket opens", async () => {

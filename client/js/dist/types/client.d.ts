@@ -92,8 +92,8 @@ export declare class Client {
     readonly status: Subscribable<Status>;
     /**
      * Wipes the local data of the current store: rows, cursors, queue (each
-     * pending mutation is rejected with code "cleared") and meta, here and in
-     * the other tabs on the store; every scope is emptied and resubscribed.
+     * pending mutation is rejected with code "cleared") and meta but the
+     * device's origin, here and in the other tabs on the store; every scope is emptied and resubscribed.
      * The logout call: the next session's welcome claims the empty store.
      */
     clearLocalData(): Promise<void>;

@@ -26,7 +26,13 @@ export interface Store {
     /** The meta value name; if it is unset and make is given, make()'s value is stored and returned. */
     meta(name: string, make?: () => string): Promise<string | undefined>;
     setMeta(name: string, value: string): Promise<void>;
-    /** Deletes everything: scopes, queue and meta. */
+    /**
+     * Deletes the scopes, the queue and the meta data but the device's
+     * origin, in one step: the origin names the device, whoever signs in on
+     * it, and every tab on the store must send the shared queue under it
+     * (the server scopes a key to principal and origin: a tab that sent a
+     * queued key under a new origin would have it run again).
+     */
     clear(): Promise<void>;
     /** Every stored scope: the scopes the client follows, resumed on start. */
     listScopes?(): Promise<ScopeRecord[]>;
