@@ -490,7 +490,7 @@ export class Client {
   reconnect() {
     if (this.closed_) return;
     clearTimeout(this.timer_);
-    this.setStatus_({ state: "connecting" });
+    this.offline_("connecting");
     this.detach_()?.close(1000);
     this.attempt_ = 0;
     this.refusedToken_ = undefined;
@@ -536,10 +536,15 @@ export class Client {
     this.setStatus_({ state: [...this.scopes_].every((s) => s.stopped_ || s.s_.state === "live") ? "live" : "catching-up" });
   }
 
-  /** @internal Not connected: the status says offline, and no scope says live or catching-up. */
-  offline_() {
-    if (this.status.s_.state !== "error") this.setStatus_({ state: "offline" });
+  /**
+   * Not connected: no scope says live or catching-up any more, and then
+   * the status says so (offline, or connecting: a status listener never
+   * sees a scope live on a connection that is not open).
+   * @internal
+   */
+  offline_(state: "offline" | "connecting" = "offline") {
     for (const s of this.scopes_) if (s.s_.state === "live" || s.s_.state === "catching-up") s.set_(s.copy_?.cursor ? "cached" : "loading");
+    if (state === "connecting" || this.status.s_.state !== "error") this.setStatus_({ state });
   }
 
   // ---- the WebSocket session ----
@@ -552,7 +557,7 @@ export class Client {
     this.welcomed_ = this.hi_ = false;
     this.sent_.clear();
     for (const s of this.scopes_) s.sub_ = "";
-    if (this.status.s_.state !== "offline") this.setStatus_({ state: "connecting" });
+    if (this.status.s_.state !== "offline") this.offline_("connecting");
     let ws: WebSocket;
     let opened = false;
     try {
@@ -745,6 +750,10 @@ export class Client {
 
   /** @internal */ async applyFrame_(s: Scope, f: ServerFrame) {
     const c = s.copy_!;
+    const sub = s.sub_;
+    // Whether the subscription ended (its connection too) while the store
+    // was written: its scope then says cached, never live or catching-up.
+    const gone = () => sub !== s.sub_ && this.status.s_.transport === "ws";
     if (f.type === "reset") {
       c.cursor = "";
       s.resetNext_ = true;
@@ -755,6 +764,7 @@ export class Client {
     }
     if (f.type === "caught-up") {
       if (newer(f.cursor, c.cursor)) await this.saveBase_(s, c.base_, f.cursor, false);
+      if (gone()) return;
       s.set_("live");
       this.settle_();
       return this.updateStatus_();
@@ -769,7 +779,7 @@ export class Client {
     // only changes (and notifies) where a row differs from what the ack landed.
     await this.saveBase_(s, applyBase(c.base_, !!reset, f.entries, c), f.cursor, !!reset);
     s.resetNext_ = false;
-    if (s.s_.state !== "live") s.set_("catching-up");
+    if (s.s_.state !== "live" && !gone()) s.set_("catching-up");
     this.settle_();
   }
 

@@ -1,6 +1,14 @@
 // Shared by the unit tests: a fake WebSocket the tests drive, and a bounded
 // wait on a condition (never a sleep as synchronization).
+import { afterEach } from "node:test";
 import { createClient, memoryStore, type Client, type ClientEvent, type Options, type Store } from "../src/index";
+
+// Every client a test made is closed after it, passed or failed: a failed
+// assertion must fail the run, not leave a client's timers holding it open.
+const made: Client[] = [];
+afterEach(() => {
+  for (const c of made.splice(0)) c.close();
+});
 
 export type Sent = { [k: string]: any };
 
@@ -57,6 +65,7 @@ export function client(extra: Options = {}): { cl: Client; events: ClientEvent[]
   const events: ClientEvent[] = [];
   const store = (extra.store as Store | undefined) ?? memoryStore();
   const cl = createClient({ url: "http://app.test/tide", WebSocket: FakeWS as unknown as typeof WebSocket, build: "web-1", minBackoff: 1, maxBackoff: 5, onEvent: (e) => events.push(e), ...extra, store });
+  made.push(cl);
   return { cl, events, store };
 }
 

@@ -6,6 +6,7 @@
 import { test, mock } from "node:test";
 import assert from "node:assert/strict";
 import { FakeWS, client, until, welcome, welcomed } from "./helpers";
+import { memoryStore, type Store } from "../src/index";
 
 async function live(cl: { status: { getSnapshot(): { state: string } } }) {
   await until("live", () => cl.status.getSnapshot().state === "live");
@@ -145,4 +146,52 @@ test("a dropped connection turns live and catching-up scopes cached until they a
   for (const s of s2) ws2.push({ type: "caught-up", id: s.id, cursor: "1.E.2" });
   await until("live again", () => a.getSnapshot().state === "live" && b.getSnapshot().state === "live" && cl.status.getSnapshot().state === "live");
   cl.close();
+});
+
+test("no status listener ever sees a scope live while the connection is not open: reconnect() and a dropped socket", async () => {
+  const { cl } = client();
+  const a = cl.scope("todos", { p: "1" });
+  const seen: string[] = [];
+  cl.status.subscribe((st) => {
+    if ((st.state === "offline" || st.state === "connecting") && a.getSnapshot().state === "live") seen.push(st.state);
+  });
+  const live = async (n: number) => {
+    const ws = await welcomed(n);
+    const sub = await until("subscribe", () => ws.of("subscribe")[0]);
+    ws.push({ type: "caught-up", id: sub.id, cursor: "1.E." + (n + 1) });
+    await until("live", () => cl.status.getSnapshot().state === "live" && a.getSnapshot().state === "live");
+    return ws;
+  };
+  await live(0);
+  cl.reconnect(); // connecting, from live
+  await live(1);
+  FakeWS.all[1]!.close(1006); // offline, from live
+  await live(2);
+  assert.deepEqual(seen, [], "the status said offline or connecting while a scope said live");
+});
+
+test("a caught-up whose store write ends after its connection dropped leaves the scope cached, not live", async () => {
+  const base = memoryStore();
+  let hold = false;
+  let release: () => void = () => {};
+  const store: Store = {
+    ...base,
+    async saveScope(rec, reset) {
+      if (hold) await new Promise<void>((ok) => (release = ok));
+      return base.saveScope(rec, reset);
+    },
+  };
+  const { cl } = client({ store });
+  const a = cl.scope("todos", { p: "1" });
+  const ws = await welcomed();
+  const sub = await until("subscribe", () => ws.of("subscribe")[0]);
+  hold = true;
+  ws.push({ type: "caught-up", id: sub.id, cursor: "1.E.1" }); // its cursor is written first
+  ws.close(1006);
+  await until("offline", () => cl.status.getSnapshot().state === "offline");
+  hold = false;
+  release();
+  await until("the write landed", async () => (await base.listScopes!()).some((r) => r.cursor === "1.E.1"));
+  assert.notEqual(a.getSnapshot().state, "live", "a scope said live on a connection that is gone");
+  assert.equal(cl.status.getSnapshot().state === "offline" || cl.status.getSnapshot().state === "connecting", true);
 });

@@ -58,7 +58,7 @@ test("a reject frame_too_large (the server read the key from the frame's head) s
   const ws = await welcomed();
   const m = cl.mutate("todos", "put", { id: "a" }, { local: (tx) => tx.upsert("todos", "a", { id: "a" }) });
   await until("sent", () => ws.of("mutate")[0]);
-  assert.ok(scope.getSnapshot().byKey.has("a"));
+  await until("the optimistic row shows", () => scope.getSnapshot().byKey.has("a"));
   ws.push({ type: "reject", key: m.key, code: "frame_too_large", message: "the frame is too large", detail: "70123 > 65536" });
   const e = await m.result.then(() => undefined, (x: RejectError) => x);
   assert.equal(e?.code, "frame_too_large");
