@@ -1,8 +1,8 @@
 package client
 
-// Local data follows access (issue 28, finding 3 for the Go client): a
-// scope refused for access loses its rows and cursor, in memory and in the
-// store, at once; Retry brings it back on the same Subscription.
+// Local data follows access: a scope refused for access loses its rows and
+// cursor, in memory and in the store, at once; Retry brings it back on the
+// same Subscription.
 
 import (
 	"context"

@@ -1,8 +1,8 @@
 package client
 
-// Own writes converge (issue 28, finding 7): a Handler's scope skips only
-// the echo of a row its own mutation's ack delivered; rows a mutator wrote
-// with plain SQL, and a row the mutation moved out of the scope, reach it.
+// Own writes converge: a Handler's scope skips only the echo of a row its
+// own mutation's ack delivered; rows a mutator wrote with plain SQL, and a
+// row the mutation moved out of the scope, reach it.
 
 import (
 	"context"

@@ -1,8 +1,8 @@
 package client
 
-// Honest connection state (issue 28, finding 5 for the Go client): the
-// server's ping frames are answered, and a connection that brings nothing
-// for two heartbeats is given up and replaced.
+// Honest connection state: the server's ping frames are answered, and a
+// connection that brings nothing for two heartbeats is given up and
+// replaced.
 
 import (
 	"errors"

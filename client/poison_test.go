@@ -1,8 +1,8 @@
 package client
 
-// No poison pills (issue 28, finding 2 for the Go client): a mutation that
-// can never be sent is refused at Mutate, or settled once it is known to
-// be undeliverable; it never stays pending forever.
+// No poison pills: a mutation that can never be sent is refused at Mutate,
+// or settled once it is known to be undeliverable; it never stays pending
+// forever.
 
 import (
 	"context"

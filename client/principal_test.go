@@ -1,8 +1,8 @@
 package client
 
-// A store belongs to one principal (issue 28, finding 4 for the Go
-// client): a Client whose welcome names another principal than the
-// store's stops before it subscribes anything or sends its queue.
+// A store belongs to one principal: a Client whose welcome names another
+// principal than the store's stops before it subscribes anything or sends
+// its queue.
 
 import (
 	"context"

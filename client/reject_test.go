@@ -1,8 +1,8 @@
 package client
 
-// Presentable errors (issue 28, finding 6 for the Go client): a
-// rejection's Message is the server's short message, fit to show a
-// person; Detail is for developers; Error() is the code and the message.
+// Presentable errors: a rejection's Message is the server's short message,
+// fit to show a person; Detail is for developers; Error() is the code and
+// the message.
 
 import (
 	"context"

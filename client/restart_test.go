@@ -91,7 +91,7 @@ func waitStarted(ctx context.Context, t *testing.T, started <-chan string, id st
 	}
 }
 
-// TestRestoredMutationIsReplayed is issue 28's first finding: a mutation
+// TestRestoredMutationIsReplayed: a mutation
 // stalled on the server (a lock held on its table) while the client quits
 // before the ack; a new Client on the same FileStore, with the default
 // origin, resends it, and the server answers from its record: the mutator
@@ -171,8 +171,8 @@ type restartCheck struct {
 	problems                            []string
 }
 
-// TestAtMostOnceAcrossRestarts is issue 28's randomized check for the Go
-// client: clients of three devices (three FileStores, the default origin)
+// TestAtMostOnceAcrossRestarts is the randomized at-most-once check: Go
+// clients of three devices (three FileStores, the default origin)
 // start and stop at random while mutating, offline, online, and with
 // mutations stalled on the server (a lock held on their table) when they
 // quit; at the end every device runs until its queue is empty. A checker

@@ -1,4 +1,4 @@
-// The browser torture (issue 28): a seeded, randomized run of one Chromium
+// The browser torture: a seeded, randomized run of one Chromium
 // profile with four tabs on two origins and two users (alice, bob) against
 // boardapp on Postgres: optimistic writes (valid and invalid), offline and
 // online, reloads, server crashes and restarts, membership removals and

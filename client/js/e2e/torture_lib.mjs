@@ -1,5 +1,5 @@
 // The browser torture's harness (used by torture.test.mjs and
-// torture_findings.test.mjs): the boardapp server (client/js/e2e/boardapp) on
+// access.test.mjs): the boardapp server (client/js/e2e/boardapp) on
 // Postgres with a fresh schema per run, one persistent Chromium profile with
 // tabs on two origins, a seeded schedule of actions, the quiesce, and the
 // checker that reads Postgres, every tab and IndexedDB.

@@ -1,14 +1,14 @@
-// Issue 28's browser findings 3 and 4, each as a Chromium test on boardapp
-// (client/js/e2e/boardapp) and Postgres, with the torture's harness:
+// Local data follows access, in Chromium on boardapp (client/js/e2e/boardapp)
+// and Postgres, with the torture's harness:
 //
-//  3. a member removed from a board keeps the board: after DELETE FROM
-//     board_members the scope's rows must leave memory and IndexedDB at
-//     once and survive no reload; re-adding the member and scope.retry()
-//     bring them back on the same Scope object.
-//  4. one IndexedDB for every user: the next user to log in on the browser
-//     never sees the previous user's cached rows, and the previous user's
-//     queued writes are never sent under the new user's session (with the
-//     client's user option, without it, and with clearLocalData at logout).
+//  - a member removed from a board loses it: after DELETE FROM
+//    board_members the scope's rows leave memory and IndexedDB at once and
+//    survive no reload; re-adding the member and scope.retry() bring them
+//    back on the same Scope object.
+//  - one browser, two users: the next user to log in never sees the
+//    previous user's cached rows, and the previous user's queued writes are
+//    never sent under the new user's session (with the client's user
+//    option, without it, and with clearLocalData at logout).
 import { test, afterEach } from "node:test";
 import assert from "node:assert/strict";
 import { haveChrome, inCI, chromePath, Env, Tab, waitFor } from "./torture_lib.mjs";
@@ -43,7 +43,7 @@ async function cardsInIDB(tab, board, dbs) {
   return n;
 }
 
-test("finding 3: a removed member's rows leave memory and IndexedDB at once, survive no reload, and come back with retry() on the same scope", { skip: !haveChrome, timeout: 120000 }, async () => {
+test("a removed member: a removed member's rows leave memory and IndexedDB at once, survive no reload, and come back with retry() on the same scope", { skip: !haveChrome, timeout: 120000 }, async () => {
   await world([["alice", "b1"], ["alice", "b2"]]);
   env.exec(`INSERT INTO cards (id, board_id, title) SELECT 'f3-' || g, 'b1', 'card ' || g FROM generate_series(1, 18) g`);
   await env.setUser("A", "alice");
@@ -141,11 +141,11 @@ async function switchWithQueue(origin, clear) {
   return { tab, keys, sent };
 }
 
-test("finding 4: without the user option, the store is bound to its principal: bob never sees alice's cached rows nor sends her queue", { skip: !haveChrome, timeout: 120000 }, async () => {
+test("two users, one browser: without the user option, the store is bound to its principal: bob never sees alice's cached rows nor sends her queue", { skip: !haveChrome, timeout: 120000 }, async () => {
   await switchWithQueue("A", false);
 });
 
-test("finding 4: with the user option, each user has a database: bob never sees alice's rows; alice's queue waits for her", { skip: !haveChrome, timeout: 120000 }, async () => {
+test("two users, one browser: with the user option, each user has a database: bob never sees alice's rows; alice's queue waits for her", { skip: !haveChrome, timeout: 120000 }, async () => {
   const { tab, keys, sent } = await switchWithQueue("B", false);
   // Alice comes back: her queue is sent under her session, and applied once.
   await env.setUser("B", "alice");
@@ -159,7 +159,7 @@ test("finding 4: with the user option, each user has a database: bob never sees 
   assert.ok(sent.some((s) => keys.includes(s.key)), "alice's writes were never sent");
 });
 
-test("finding 4: logout with clearLocalData: nothing of alice's stays for bob to see or send", { skip: !haveChrome, timeout: 120000 }, async () => {
+test("two users, one browser: logout with clearLocalData: nothing of alice's stays for bob to see or send", { skip: !haveChrome, timeout: 120000 }, async () => {
   await switchWithQueue("A", true);
 });
 
@@ -172,7 +172,7 @@ test("finding 4: logout with clearLocalData: nothing of alice's stays for bob to
 // (design: on a mismatch the old principal's queue is discarded,
 // principal_changed; with the user option it waits for its user).
 for (const origin of ["A", "B"]) {
-  test(`finding 4 (origin ${origin}, ${origin === "A" ? "no user option" : "user option"}): a write made before the page's first welcome is the store's user's: after the session turns to another user it is not sent as that user`, { skip: !haveChrome, timeout: 120000 }, async () => {
+  test(`two users, one browser (origin ${origin}, ${origin === "A" ? "no user option" : "user option"}): a write made before the page's first welcome is the store's user's: after the session turns to another user it is not sent as that user`, { skip: !haveChrome, timeout: 120000 }, async () => {
     await world([["alice", "b1"], ["alice", "b2"], ["bob", "b2"], ["bob", "b4"]]);
     await env.setUser(origin, "alice");
     const tab = new Tab(env, "t0", origin, ["b1", "b2"], env.context.pages()[0]);
