@@ -179,11 +179,21 @@ func (e *Engine) Mutate(ctx context.Context, p authz.Principal, origin string, f
 	return frame, err
 }
 
+// maxClockAhead bounds how far a mutation's at may be ahead of this node's
+// clock. The idempotency key is kept from at on, so an at far ahead would
+// keep it for ever, and one beyond the range of time would wrap into the
+// past, where its key is pruned at once and a resend runs again.
+const maxClockAhead = 24 * time.Hour
+
 // mutate runs a validated mutate frame and returns its ack and the ack's
 // position, or the refusal.
 func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, feed.Position, *protocol.Error) {
 	if e.Draining() {
 		return nil, 0, ErrDraining
+	}
+	if now := e.cfg.Clock.Now(); f.At > now.Add(maxClockAhead).UnixMilli() {
+		return nil, 0, presentedf(protocol.CodeBadFrame, "this device's clock is ahead of the server's: set it right and try again",
+			"at %d is more than %s ahead of the server's clock (%d)", f.At, maxClockAhead, now.UnixMilli())
 	}
 	if err := e.awaitReady(ctx); err != nil {
 		return nil, 0, ErrorFor(err)

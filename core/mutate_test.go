@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,20 @@ func addMutators(t *testing.T, s *server) *atomic.Int64 {
 
 func mutateFrame(key, name string, args any, at time.Time) map[string]any {
 	return map[string]any{"v": 1, "type": "mutate", "key": key, "seq": 1, "resource": "todos", "name": name, "args": args, "at": at.UnixMilli()}
+}
+
+// TestMutateAtAheadWithinBound: a device whose clock runs ahead of the
+// server's, by less than a day, still has its mutations run (the bound is
+// for clocks that are wrong, not for skew).
+func TestMutateAtAheadWithinBound(t *testing.T) {
+	s := newServer(t, core.Config{})
+	addMutators(t, s)
+	c := s.dial(t, "alice", "p7")
+	c.hello()
+	c.Send(mutateFrame("ahead", "add", addArgs{ID: "t1", ProjectID: "p7", Title: "ship"}, time.Now().Add(23*time.Hour)))
+	if ack := c.Expect(protocol.FrameAck); ack.Key != "ahead" {
+		t.Fatalf("ack %+v", ack)
+	}
 }
 
 // TestMutateAckAndSubscriber: an applied mutation is acked with its rows and
@@ -204,6 +219,10 @@ func TestMutateRefusals(t *testing.T) {
 			"the app sent a change the server cannot read", "at (Unix milliseconds) is required"},
 		{"a field of the wrong type", map[string]any{"v": 1, "type": "mutate", "key": "r12", "seq": "one", "resource": "todos", "name": "add", "at": 1}, protocol.CodeBadFrame,
 			"the app sent a change the server cannot read", "json: cannot unmarshal string"},
+		{"at two days ahead", mutateFrame("r13", "add", ok, time.Now().Add(48*time.Hour)), protocol.CodeBadFrame,
+			"this device's clock is ahead of the server's: set it right and try again", "ahead of the server's clock"},
+		{"at beyond the range of time", map[string]any{"v": 1, "type": "mutate", "key": "r14", "resource": "todos", "name": "add", "args": ok, "at": int64(math.MaxInt64)}, protocol.CodeBadFrame,
+			"this device's clock is ahead of the server's: set it right and try again", "ahead of the server's clock"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := s.dial(t, "alice", "p7")
