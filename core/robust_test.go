@@ -405,6 +405,50 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// TestRateLimitOversized: frames above MaxFrameBytes count against the
+// rate like any other (each costs the server a read and an answer): a
+// flood of them gets the burst's frame_too_large answers, then
+// rate_limited, then close 1008.
+func TestRateLimitOversized(t *testing.T) {
+	s := newServer(t, core.Config{FrameRate: 1, FrameBurst: 5, MaxFrameBytes: 1024})
+	c := s.dial(t, "u", "p7")
+	c.hello()
+	big := []byte(`{"v":1,"type":"unsubscribe","id":"x","pad":"` + strings.Repeat("x", 2048) + `"}`)
+	go func() {
+		for i := 0; i < 200; i++ {
+			if c.ws.WriteMessage(websocket.TextMessage, big) != nil {
+				return
+			}
+		}
+	}()
+	var codes []protocol.Code
+	for {
+		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		data, err := readMessage(c.ws)
+		if err != nil {
+			if !websocket.IsCloseError(err, int(protocol.ClosePolicy)) {
+				t.Fatalf("want close 1008 after a flood of oversized frames, got %v (codes so far %v)", err, codes)
+			}
+			break
+		}
+		f, _ := protocol.DecodeServerFrame(data)
+		codes = append(codes, f.Code)
+	}
+	tooBig := 0
+	for _, code := range codes {
+		switch code {
+		case protocol.CodeFrameTooLarge:
+			tooBig++
+		case protocol.CodeRateLimited:
+		default:
+			t.Fatalf("want frame_too_large and rate_limited only, got codes %v", codes)
+		}
+	}
+	if tooBig < 4 || codes[len(codes)-1] != protocol.CodeRateLimited {
+		t.Fatalf("want the burst's oversized frames answered, then rate_limited before the close, got codes %v", codes)
+	}
+}
+
 // readCopy applies changes frames to a copy of the scope until the copy
 // holds lastKey.
 func readCopy(c *wsClient, lastKey string) map[string]string {

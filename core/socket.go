@@ -50,9 +50,9 @@ func (c *conn) readLoop() {
 		switch {
 		case c.isEnding():
 			// Draining the peer's frames until its close reply arrives.
-		case tooBig:
-			c.refuseTooBig(buf)
 		case !c.limiter.allow(time.Now()):
+			// Before the size check: an oversized frame costs the server
+			// its read and an answer, so it counts like any other.
 			// One error per refused run, not one per frame: the answer
 			// must not become a flood of its own.
 			if c.limiter.refused == 1 {
@@ -61,6 +61,8 @@ func (c *conn) readLoop() {
 			if c.limiter.refused > 4*cfg.FrameBurst {
 				c.closeAfterFlush(protocol.ClosePolicy, "rate limit")
 			}
+		case tooBig:
+			c.refuseTooBig(buf)
 		case mt != websocket.TextMessage:
 			c.sendError("", protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text messages"))
 		default:
