@@ -371,19 +371,7 @@ func TestRateLimit(t *testing.T) {
 			}
 		}
 	}()
-	var codes []protocol.Code
-	for {
-		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-		data, err := readMessage(c.ws)
-		if err != nil {
-			if !websocket.IsCloseError(err, int(protocol.ClosePolicy)) {
-				t.Fatalf("want close 1008, got %v", err)
-			}
-			break
-		}
-		f, _ := protocol.DecodeServerFrame(data)
-		codes = append(codes, f.Code)
-	}
+	codes := codesUntilPolicyClose(t, c)
 	// Each allowed unsubscribe is answered unknown_subscription; each run of
 	// refused frames gets one rate_limited error, at its start. The flood is
 	// one run on a fast machine; on a slow one the bucket may refill a token
@@ -405,6 +393,25 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// codesUntilPolicyClose reads c's frames until the server closes it with
+// 1008 and returns their error codes; any other end fails the test.
+func codesUntilPolicyClose(t *testing.T, c *wsClient) []protocol.Code {
+	t.Helper()
+	var codes []protocol.Code
+	for {
+		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		data, err := readMessage(c.ws)
+		if err != nil {
+			if !websocket.IsCloseError(err, int(protocol.ClosePolicy)) {
+				t.Fatalf("want close 1008, got %v (codes so far %v)", err, codes)
+			}
+			return codes
+		}
+		f, _ := protocol.DecodeServerFrame(data)
+		codes = append(codes, f.Code)
+	}
+}
+
 // TestRateLimitOversized: frames above MaxFrameBytes count against the
 // rate like any other (each costs the server a read and an answer): a
 // flood of them gets the burst's frame_too_large answers, then
@@ -421,19 +428,7 @@ func TestRateLimitOversized(t *testing.T) {
 			}
 		}
 	}()
-	var codes []protocol.Code
-	for {
-		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-		data, err := readMessage(c.ws)
-		if err != nil {
-			if !websocket.IsCloseError(err, int(protocol.ClosePolicy)) {
-				t.Fatalf("want close 1008 after a flood of oversized frames, got %v (codes so far %v)", err, codes)
-			}
-			break
-		}
-		f, _ := protocol.DecodeServerFrame(data)
-		codes = append(codes, f.Code)
-	}
+	codes := codesUntilPolicyClose(t, c)
 	tooBig := 0
 	for _, code := range codes {
 		switch code {
