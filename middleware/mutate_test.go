@@ -59,17 +59,7 @@ func TestMutateOverHTTP(t *testing.T) {
 		if pageOrigin != "" {
 			req.Header.Set("Origin", pageOrigin)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		f, err := protocol.DecodeServerFrame(b)
-		if err != nil {
-			t.Fatalf("body %q: %v", b, err)
-		}
-		return resp.StatusCode, f
+		return doFrame(t, req)
 	}
 	at := time.Now().UnixMilli()
 	frame := func(key, title string) string {
@@ -165,17 +155,7 @@ func TestMutateOverHTTPTooLarge(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, v.srv.URL+"/tide/mutate", strings.NewReader(body))
 		req.Header.Set("Cookie", "session=alice")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		f, err := protocol.DecodeServerFrame(b)
-		if err != nil {
-			t.Fatalf("body %q: %v", b, err)
-		}
-		return resp.StatusCode, f
+		return doFrame(t, req)
 	}
 	status, f := post(`{"v":1,"type":"mutate","key":"big-1","resource":"todos","name":"add","args":{"title":"` + big + `"},"at":1}`)
 	if status != http.StatusRequestEntityTooLarge || f.Type != protocol.FrameReject || f.Key != "big-1" || f.Code != protocol.CodeFrameTooLarge ||
@@ -200,4 +180,21 @@ func TestMutateOverHTTPTooLarge(t *testing.T) {
 		!strings.Contains(f.Detail, "cannot unmarshal number") {
 		t.Fatalf("undecodable: %d %+v", status, f)
 	}
+}
+
+// doFrame sends req and returns the response's status and its body, a
+// server frame.
+func doFrame(t *testing.T, req *http.Request) (int, protocol.ServerFrame) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	f, err := protocol.DecodeServerFrame(b)
+	if err != nil {
+		t.Fatalf("body %q: %v", b, err)
+	}
+	return resp.StatusCode, f
 }
