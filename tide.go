@@ -1,6 +1,7 @@
 // Package tide sets tide up on Postgres in one call: Open builds the
 // Postgres feed and the engine, registers the app's resources, checks and
-// migrates them and starts retention, in the one order that works, and
+// migrates them and starts sequencing, retention and the engine, in the one
+// order that works, and
 // Close stops it all in the reverse order. Begin starts the app's own
 // transactions tagged with the request's origin.
 //
@@ -13,7 +14,8 @@
 //	handler := middleware.Middleware(app.Engine, middleware.WithPrincipal(currentUser))(mux)
 //
 // The pieces (pgfeed.New, core.New, core.Register, Feed.Migrate,
-// Feed.StartPruner, Engine.Shutdown, Feed.Close) stay available for setups
+// Feed.StartSequencer, Feed.StartPruner, Engine.Start, Engine.Shutdown,
+// Feed.Close) stay available for setups
 // Open does not cover, such as a replicator with a NATS bus.
 package tide
 
@@ -55,7 +57,11 @@ type Tide struct {
 // engine on it, calls register to declare the app's resources (with
 // core.Register and Table.Mutator), then runs the feed's Migrate with
 // every registered resource, which checks each declaration against its
-// table and installs its capture, and starts the pruner. Since Migrate
+// table and installs its capture, and starts the node's background work:
+// the feed's sequencer candidate, the pruner and the engine's tailer
+// (Engine.Start). From then on the node gives committed changes their
+// positions and prunes whether or not any client is connected, so the
+// outbox of synced writes stays short while no one subscribes. Since Migrate
 // runs after register returns, no resource can miss its capture; a
 // resource registered later on Engine is refused to subscribers
 // (not_captured) until Migrate runs again with Engine.Schemas().
@@ -90,8 +96,15 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config, register func(e *
 		t.Close(ctx)
 		return nil, err
 	}
+	// Sequencing does not wait for a subscriber: without it, every synced
+	// commit would wait in the outbox until the first client came.
+	f.StartSequencer()
 	if !cfg.NoPruner {
 		f.StartPruner()
+	}
+	if err := e.Start(); err != nil {
+		t.Close(ctx)
+		return nil, err
 	}
 	return t, nil
 }

@@ -17,8 +17,9 @@ import (
 // subscriptions of its scope, and the connections. Create it with New,
 // register resources, then serve it through package middleware.
 //
-// The engine's background work (one tailer) starts once, the first time a
-// connection or poll needs it, however many handlers or servers use the
+// The engine's background work (one tailer) starts once: when Start is
+// called (tide.Open calls it), or else the first time a connection, poll or
+// readiness probe needs it, however many handlers or servers use the
 // engine. An Engine is safe for concurrent use.
 type Engine struct {
 	cfg    Config
@@ -123,6 +124,21 @@ func (e *Engine) resource(name string) *resource {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.resources[name]
+}
+
+// Start launches the engine's background work now rather than when the
+// first connection, poll or readiness probe needs it: the tailer, which
+// follows the feed from its head (and so starts the feed's own work, such
+// as the Postgres feed's sequencer), and the pinger. A node that should
+// follow its feed while no client is connected calls it once its resources
+// are registered and the feed is migrated; tide.Open does. Calling it again
+// does nothing. It returns ErrDraining once Shutdown has begun; Shutdown
+// stops what it started.
+func (e *Engine) Start() error {
+	if !e.start() {
+		return ErrDraining
+	}
+	return nil
 }
 
 // start launches the tailer and the pinger exactly once per engine. It

@@ -13,6 +13,7 @@
 //	tideload replay  -rows 100000       # catch-up replay rows/s vs a plain pgx SELECT
 //	tideload storm   -n 5000 -scopes 50 # reconnect storm: time to catch up, replay queries
 //	tideload idle    -n 10000           # memory per idle subscribed connection
+//	tideload capture -writers 1,16,64   # synced vs plain single-row commits: commits/s, WAL, CPU
 //	tideload sweep   -what latency      # a mode at several sizes: CSV + SVG chart
 //
 // Postgres modes use -dsn, else TIDE_TEST_DATABASE_URL, else
@@ -38,6 +39,7 @@ func main() {
 		"replay":         replay,
 		"storm":          storm,
 		"idle":           idle,
+		"capture":        capture,
 		"sweep":          sweep,
 		"idle-client":    idleClient,
 	}
@@ -60,6 +62,7 @@ modes:
   replay          catch-up replay of a Postgres backlog to one client, vs a plain pgx SELECT
   storm           C clients on S scopes dropped and resuming at once: time to catch up, replay queries
   idle            memory per idle subscribed connection
+  capture         commits/s, WAL and CPU per commit of synced single-row writes vs an identical plain table
   sweep           one of the modes at several sizes: a CSV and an SVG chart of the curve
   serve           (internal) the tide server process the modes start
   serve-baseline  (internal) the bare gorilla/websocket broadcast server

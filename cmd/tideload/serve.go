@@ -140,6 +140,9 @@ func serve(args []string) error {
 		if err != nil {
 			return err
 		}
+		// As a node set up with tide.Open: commits are sequenced from
+		// now on, whether or not a client is connected.
+		pf.StartSequencer()
 	}
 
 	mux := http.NewServeMux()

@@ -153,6 +153,9 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 		if err := pf.Migrate(ctx, engine.Schemas()...); err != nil {
 			return err
 		}
+		// Give commits their positions and prune from now on, whether or
+		// not a browser is connected.
+		pf.StartSequencer()
 		pf.StartPruner()
 	}
 	if seed {

@@ -185,3 +185,6 @@ func (f *Feed) OnStreamWait(hook func()) { f.onStreamWait = hook }
 // OnWALRefused sets a hook called when the WAL stream fails for good (the
 // role may not replicate); set it before the first Tail.
 func (f *Feed) OnWALRefused(hook func()) { f.onWALRefused = hook }
+
+// Channel returns the channel the sequencer notifies after each step.
+func (f *Feed) Channel() string { return f.n.channel }

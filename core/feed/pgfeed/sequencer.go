@@ -68,9 +68,11 @@ const (
 )
 
 // StartSequencer makes this feed a candidate for the database's sequencer
-// role, on a goroutine that Close stops. Tail starts it too, so a node that
-// tails needs nothing else; call it on nodes that write to synced tables
-// but never tail, should no node tail. Calling it again does nothing.
+// role, on a goroutine that Close stops. Call it once Migrate has run, on
+// every node that serves or writes to synced tables: the outbox is then
+// sequenced and kept short whether or not any client is connected.
+// tide.Open and replicator.Start call it; Tail starts it too. Calling it
+// again does nothing.
 func (f *Feed) StartSequencer() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -110,6 +110,8 @@ func openStore(ctx context.Context, databaseURL string, log *slog.Logger) (*Stor
 		// Safe on every boot, and from several processes at once: run two
 		// of the examples on one database and they sync with each other.
 		if err = pf.Migrate(ctx, engine.Schemas()...); err == nil {
+			// Sequence and prune whether or not a client is connected.
+			pf.StartSequencer()
 			pf.StartPruner()
 		}
 	}

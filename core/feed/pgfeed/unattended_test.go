@@ -1,0 +1,144 @@
+package pgfeed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tidesync/tide"
+	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/core/protocol"
+)
+
+// TestOpenSequencesWithoutClients: a node set up with tide.Open gives
+// synced commits their positions while no client is connected, so the
+// outbox empties after every round of writes instead of growing until the
+// first subscriber comes. No Head, snapshot or subscription runs in the
+// test: each of those would sequence the outbox itself.
+func TestOpenSequencesWithoutClients(t *testing.T) {
+	t.Parallel()
+	pool, name := testenv.PostgresSchema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, "CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, title text NOT NULL, done boolean NOT NULL DEFAULT false)"); err != nil {
+		t.Fatal(err)
+	}
+	app, err := tide.Open(ctx, pool, tide.Config{Feed: pgfeed.Options{Schema: name + "_tide", Logger: testLogger(t)}}, func(e *core.Engine) error {
+		_, err := core.Register(e, core.Resource[Todo]{Table: "todos", Authorize: authz.Authenticated})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(context.Background())
+	writeRoundsUnattended(ctx, t, pool, app.Feed, "todos")
+	if n := app.Engine.Stats().Connections; n != 0 {
+		t.Errorf("%d connections; the test opens none", n)
+	}
+}
+
+// TestStartSequencerWithoutTail: at the feed level, StartSequencer alone
+// (no Tail, no Head) keeps the outbox drained while synced rows are
+// written.
+func TestStartSequencerWithoutTail(t *testing.T) {
+	t.Parallel()
+	f, pool := newFeed(t, pgfeed.Options{}, todoSchema)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	f.StartSequencer()
+	writeRoundsUnattended(ctx, t, pool, f, todoSchema.Table)
+}
+
+// writeRoundsUnattended writes rounds of single-row transactions into
+// table (a synced table with columns id, project_id and title) from
+// several writers, and after
+// each round waits, on the sequencer's notifications, until the outbox is
+// empty and the change log holds every row written so far. It fails if
+// that takes longer than the test's context allows.
+func writeRoundsUnattended(ctx context.Context, t *testing.T, pool *pgxpool.Pool, f *pgfeed.Feed, table string) {
+	t.Helper()
+	listener, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{f.Channel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = listener.Exec(context.Background(), "UNLISTEN *") }()
+
+	insert := "INSERT INTO " + pgx.Identifier{table}.Sanitize() + " (id, project_id, title) VALUES ($1, 'p1', 'x')"
+	const rounds, writers, perWriter = 4, 4, 50
+	var written int64
+	for r := range rounds {
+		errs := make(chan error, writers)
+		for w := range writers {
+			go func() {
+				for i := range perWriter {
+					id := fmt.Sprintf("r%d-w%d-%d", r, w, i)
+					if _, err := pool.Exec(ctx, insert, id); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range writers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		written += writers * perWriter
+		outbox, logged := waitDrained(ctx, t, listener.Conn(), f, written)
+		if outbox != 0 || logged != written {
+			t.Fatalf("round %d: %d rows written and no client connected: %d still in the outbox, %d in the change log", r, written, outbox, logged)
+		}
+	}
+}
+
+// todoSchema is the feed's view of the todos table of TestOpenSequencesWithoutClients.
+var todoSchema = &feed.Schema{
+	Name:  "todos",
+	Table: "todos",
+	Columns: []protocol.Column{
+		{Name: "id", Kind: protocol.KindString},
+		{Name: "project_id", Kind: protocol.KindString},
+		{Name: "title", Kind: protocol.KindString},
+	},
+	Key:   0,
+	Scope: []int{1},
+}
+
+// waitDrained waits until the outbox is empty and the change log holds
+// want changes, looking again after each of the sequencer's notifications
+// (and after a quiet second, should one be missed), until ctx ends. It
+// returns the last counts it read.
+func waitDrained(ctx context.Context, t *testing.T, conn *pgx.Conn, f *pgfeed.Feed, want int64) (outbox, logged int64) {
+	t.Helper()
+	for ctx.Err() == nil {
+		err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+f.OutboxTable()+"), (SELECT count(*) FROM "+f.ChangesTable()+")").Scan(&outbox, &logged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outbox == 0 && logged >= want {
+			return outbox, logged
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err = conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+	}
+	return outbox, logged
+}
