@@ -2,11 +2,13 @@ package core_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
@@ -276,5 +278,58 @@ func TestChannelFramesCountAgainstFrameRate(t *testing.T) {
 		if f.Type == protocol.FrameError && f.Code == protocol.CodeRateLimited {
 			return
 		}
+	}
+}
+
+// TestMutateOverHTTPCountsAgainstPrincipal: a mutation run by
+// Engine.Mutate (POST <prefix>/mutate) counts against its principal's
+// bound of waiting mutations while it runs, as a queued mutate frame does.
+func TestMutateOverHTTPCountsAgainstPrincipal(t *testing.T) {
+	s := newServer(t, core.Config{MaxQueuedMutationsPerPrincipal: 1})
+	entered, release := make(chan struct{}), make(chan struct{})
+	if err := core.AddMutator(s.todos, "hold", core.Mutator[addArgs]{
+		Authorize: func(ctx context.Context, p authz.Principal, a addArgs) error {
+			if a.ID == "hold" {
+				close(entered)
+				<-release
+			}
+			return memberOf(ctx, p, a)
+		},
+		Run: func(context.Context, *core.Tx, addArgs) error { return nil },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	frame := func(key, id string) protocol.ClientFrame {
+		b, err := json.Marshal(mutateFrame(key, "hold", addArgs{ID: id, ProjectID: "p7"}, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, perr := protocol.DecodeClientFrame(b)
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		return f
+	}
+	alice := authz.Principal{ID: "alice", Claims: map[string]any{"projects": []string{"p7"}}}
+	bob := authz.Principal{ID: "bob", Claims: map[string]any{"projects": []string{"p7"}}}
+	ctx := context.Background()
+	held := make(chan *protocol.Error)
+	go func() {
+		_, err := s.e.Mutate(ctx, alice, "o", frame("k1", "hold"))
+		held <- err
+	}()
+	<-entered
+	if _, err := s.e.Mutate(ctx, alice, "o", frame("k2", "x")); err == nil || err.Code != protocol.CodeRateLimited {
+		t.Fatalf("alice's second mutation while one runs: %v, want rate_limited", err)
+	}
+	if _, err := s.e.Mutate(ctx, bob, "o", frame("k3", "x")); err != nil {
+		t.Fatalf("bob's mutation: %v", err)
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("the held mutation: %v", err)
+	}
+	if _, err := s.e.Mutate(ctx, alice, "o", frame("k2", "x")); err != nil {
+		t.Fatalf("alice's resend once the first ran: %v", err)
 	}
 }

@@ -173,8 +173,20 @@ func (f failed) Unwrap() error { return f.err }
 // device origin, and returns the frame to answer with: an ack, or a reject
 // whose code is also returned as err. It is what the WebSocket route runs
 // for every mutate frame and what POST <prefix>/mutate runs; f is
-// validated first (protocol.ClientFrame.Validate).
+// validated first (protocol.ClientFrame.Validate). While it runs it counts
+// against p's bounds of waiting mutations, as a queued mutate frame does
+// (Config.MaxQueuedMutationsPerPrincipal and
+// MaxQueuedMutationBytesPerPrincipal); over them it is rejected with
+// rate_limited.
 func (e *Engine) Mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
+	size := mutationSize(&f)
+	if err := e.bounds.addMutation(p.ID, size); err != nil {
+		err = presentReject(err)
+		e.stats.mutationsRejected.Add(1)
+		e.cfg.Observer.Mutated("", "", err.Code, 0)
+		return protocol.Reject(f.Key, err), err
+	}
+	defer e.bounds.dropMutations(p.ID, 1, size)
 	frame, _, err := e.runMutation(ctx, p, origin, f)
 	return frame, err
 }
