@@ -22,7 +22,9 @@ import (
 // What the client does when the server ends a subscription with an error
 // frame depends on the code: invalid_cursor deletes the stored cursor and
 // resubscribes at once without one; unavailable, internal, rate_limited,
-// draining and duplicate_subscription resubscribe on the same connection
+// draining, duplicate_subscription and too_many_subscriptions (the user's
+// subscriptions across its connections may be at the server's bound)
+// resubscribe on the same connection
 // after a full-jitter backoff that grows with each consecutive failure of
 // that scope (and resets when it catches up); any other code (forbidden,
 // unauthenticated, unknown_resource, invalid_conditions, ...) leaves the

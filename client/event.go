@@ -68,9 +68,9 @@ const EventTokenError EventKind = "token-error"
 
 // EventMutationRejected: the mutation Key was rejected with Code,
 // Message and Detail, and its local change rolled back; except for
-// unavailable and draining, after which the client resends it. The
-// rejection is the server's, or the client's own for a queued mutation
-// that can never be delivered: frame_too_large (its frame exceeds the
+// unavailable, draining and rate_limited, after which the client resends
+// it. The rejection is the server's, or the client's own for a queued
+// mutation that can never be delivered: frame_too_large (its frame exceeds the
 // limit the server announced since it was queued) or CodeUndeliverable
 // (the server closed the connection each of five times it was sent).
 const EventMutationRejected EventKind = "mutation-rejected"

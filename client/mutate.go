@@ -516,10 +516,11 @@ func (s *session) onAck(ctx context.Context, f protocol.ServerFrame) {
 }
 
 // onReject rolls back a rejected mutation, or schedules its resend when
-// the server asks for one later.
+// the server asks for one later: unavailable, draining, and rate_limited
+// (too many mutations of this user wait on the server).
 func (s *session) onReject(ctx context.Context, f protocol.ServerFrame) {
 	c := s.c
-	if f.Code == protocol.CodeUnavailable || f.Code == protocol.CodeDraining {
+	if f.Code == protocol.CodeUnavailable || f.Code == protocol.CodeDraining || f.Code == protocol.CodeRateLimited {
 		s.mmu.Lock()
 		delete(s.sent, f.Key)
 		n := s.resends

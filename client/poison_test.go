@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -235,5 +236,38 @@ func TestUndeliverableMutationIsSettled(t *testing.T) {
 	fc.handshake(ctx, t)
 	if len(r.c.Pending()) != 0 {
 		t.Errorf("pending %v", keysOfPending(r.c.Pending()))
+	}
+}
+
+// A reject rate_limited (too many mutations of this user wait on the
+// server) keeps the mutation pending and its local change applied, and the
+// client resends it with the same key after a backoff.
+func TestRateLimitedRejectResends(t *testing.T) {
+	ctx := testCtx(t)
+	r := newFakeRig(t, Config{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	sub, err := r.c.Sync(scopeA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.c.Mutate(ctx, Mutation{Key: "k1", Resource: "todos", Name: "add", Local: setTitle("t1", "local")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r.c)
+	fc := r.fs.accept(ctx, t)
+	fc.handshake(ctx, t)
+	fc.nextOf(ctx, t, protocol.FrameSubscribe)
+	fc.nextOf(ctx, t, protocol.FrameMutate)
+	fc.send(t, map[string]any{"v": 1, "type": "reject", "key": "k1", "code": "rate_limited", "message": "too many mutations wait"})
+	if f := fc.nextOf(ctx, t, protocol.FrameMutate); f.Key != "k1" {
+		t.Fatalf("resent %+v", f)
+	}
+	select {
+	case <-m.Settled():
+		t.Fatal("a rate_limited mutation was settled")
+	default:
+	}
+	if len(r.c.Pending()) != 1 || len(sub.Rows()) != 1 {
+		t.Errorf("pending %v, rows %v", keysOfPending(r.c.Pending()), sub.Rows())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -633,6 +634,25 @@ func TestCloseCodes(t *testing.T) {
 		}
 		if r.events.count(EventConnected) != 0 || r.events.count(EventConnectFailed) != 1 {
 			t.Errorf("events %v", r.events.all())
+		}
+	})
+	t.Run("1013 before welcome, after too_many_connections: reconnects with a growing backoff", func(t *testing.T) {
+		ctx := testCtx(t)
+		r := newFakeRig(t, Config{MinBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+		start(t, r.c)
+		const refusals = 3
+		for range refusals {
+			fc := r.fs.accept(ctx, t)
+			fc.nextOf(ctx, t, protocol.FrameHello)
+			fc.send(t, errorFrame("", protocol.CodeTooManyConnections))
+			fc.close(t, int(protocol.CloseOverloaded), "too many connections")
+		}
+		r.fs.accept(ctx, t).handshake(ctx, t)
+		es := r.events.waitKind(ctx, t, EventConnectFailed, refusals)
+		for i, e := range es {
+			if e.Attempt != i || e.CloseCode != protocol.CloseOverloaded {
+				t.Errorf("connect-failed event %d: attempt %d, close %v; want attempt %d, close 1013", i, e.Attempt, e.CloseCode, i)
+			}
 		}
 	})
 	for _, code := range []int{int(protocol.CloseGoingAway), int(protocol.CloseOverloaded), int(protocol.CloseIdle), int(protocol.CloseDrain), int(protocol.CloseNormal)} {

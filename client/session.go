@@ -65,7 +65,7 @@ type session struct {
 	// order; sent holds the keys sent on this connection.
 	mmu     sync.Mutex
 	sent    map[string]bool
-	resends int // resends asked for by unavailable or draining rejects
+	resends int // resends asked for by unavailable, draining or rate_limited rejects
 
 	tokMu      sync.Mutex
 	lastToken  string // the token last sent, in hello or refresh
@@ -551,7 +551,7 @@ func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 			return
 		}
 		s.subscribe(ctx, st)
-	case protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeRateLimited, protocol.CodeDraining, protocol.CodeDuplicateSub:
+	case protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeRateLimited, protocol.CodeDraining, protocol.CodeDuplicateSub, protocol.CodeTooManySubscriptions:
 		c.mu.Lock()
 		st.setStateLocked(SubConnecting, serverErr(f))
 		c.mu.Unlock()

@@ -332,6 +332,28 @@ type ChannelConfig struct {
 	// node knows it; a subscriber beyond it is refused with presence_full.
 	// Zero value means 1000.
 	MaxPresence int
+	// MaxTopicsPerPrincipal bounds the topic subscriptions of one
+	// principal across its connections to this node; one beyond it is
+	// refused with too_many_topics. The anonymous principal has MaxTopics
+	// per connection only. Zero value means 256.
+	MaxTopicsPerPrincipal int
+	// MaxPresencePerPrincipal bounds one principal's members of one topic's
+	// presence list on this node (each of its connections subscribed to the
+	// topic is a member), so that one user cannot fill the list and lock
+	// the others out; one beyond it is refused with too_many_presences.
+	// The anonymous principal has MaxPresence only. Zero value means 8.
+	MaxPresencePerPrincipal int
+	// PresenceJoinRate is the sustained number of presence topics one
+	// connection may join per second; a join beyond it is refused with
+	// publish_rate_limited. Each join and leave is sent to every member of
+	// the topic, so this bounds what a client toggling its subscription
+	// makes the server send; a leave is never refused, but takes a join's
+	// token when there is one. Zero value means 2.
+	PresenceJoinRate int
+	// PresenceJoinBurst is how many presence topics a connection may join
+	// at once above PresenceJoinRate (on connect, a client joins all its
+	// topics). Zero value means 16.
+	PresenceJoinBurst int
 	// PresenceInterval is how often each node announces its members of
 	// every topic to the other nodes. A node that stops announcing (it
 	// died) has its members removed PresenceTTL after its last announcement.
@@ -358,6 +380,10 @@ func (c ChannelConfig) withDefaults() ChannelConfig {
 	def(&c.PublishBurst, 2*c.PublishRate)
 	def(&c.MaxTopics, 64)
 	def(&c.MaxPresence, 1000)
+	def(&c.MaxTopicsPerPrincipal, 256)
+	def(&c.MaxPresencePerPrincipal, 8)
+	def(&c.PresenceJoinRate, 2)
+	def(&c.PresenceJoinBurst, 16)
 	def(&c.BroadcastQueue, 4096)
 	if c.PresenceInterval == 0 {
 		c.PresenceInterval = 10 * time.Second
@@ -374,7 +400,8 @@ func (c ChannelConfig) validate() error {
 		return errors.New("Channels.MaxMessageBytes must be between 1 and 6144")
 	case c.MaxStateBytes < 0 || c.MaxStateBytes > protocol.MaxStateBytes:
 		return fmt.Errorf("Channels.MaxStateBytes must be between 1 and %d", protocol.MaxStateBytes)
-	case c.PublishRate < 0 || c.PublishBurst < 0 || c.MaxTopics < 0 || c.MaxPresence < 0 || c.BroadcastQueue < 0:
+	case c.PublishRate < 0 || c.PublishBurst < 0 || c.MaxTopics < 0 || c.MaxPresence < 0 || c.BroadcastQueue < 0,
+		c.MaxTopicsPerPrincipal < 0 || c.MaxPresencePerPrincipal < 0 || c.PresenceJoinRate < 0 || c.PresenceJoinBurst < 0:
 		return errors.New("Channels limits must not be negative")
 	case c.PresenceInterval < 0 || c.PresenceTTL < c.PresenceInterval:
 		return errors.New("Channels.PresenceTTL must be at least PresenceInterval")

@@ -60,7 +60,10 @@ func (c *conn) topicSubscribe(topic string, state json.RawMessage) *protocol.Err
 	return e.chans.subscribe(c, tr.ch, topic, state)
 }
 
-// subscribe adds c to topic and, for presence topics, to its members.
+// subscribe adds c to topic and, for presence topics, to its members. It
+// refuses what would take c or its principal over a bound: topics per
+// connection and per principal, members per topic and per principal in a
+// topic, and presence joins per second.
 func (h *chanHub) subscribe(c *conn, ch *channel, topic string, state json.RawMessage) *protocol.Error {
 	cfg := &h.e.cfg.Channels
 	h.mu.Lock()
@@ -70,7 +73,7 @@ func (h *chanHub) subscribe(c *conn, ch *channel, topic string, state json.RawMe
 	}
 	ct := h.conns[c]
 	if ct == nil {
-		ct = &connTopics{subs: map[string]*topicSub{}, limiter: newFrameLimiter(cfg.PublishRate, cfg.PublishBurst, time.Now())}
+		ct = newConnTopics(cfg)
 	}
 	if ct.subs[topic] != nil {
 		return protocol.Errorf(protocol.CodeDuplicateSub, "topic %q is already subscribed", topic)
@@ -78,12 +81,27 @@ func (h *chanHub) subscribe(c *conn, ch *channel, topic string, state json.RawMe
 	if len(ct.subs) >= cfg.MaxTopics {
 		return protocol.Errorf(protocol.CodeTooManyTopics, "at most %d topics per connection", cfg.MaxTopics)
 	}
+	pid := c.pid
+	if pid != "" && h.byPrincipal[pid] >= cfg.MaxTopicsPerPrincipal {
+		return protocol.Errorf(protocol.CodeTooManyTopics, "at most %d topics per user on this server", cfg.MaxTopicsPerPrincipal)
+	}
 	t := h.topics[topic]
 	first := t == nil
 	if first {
-		t = &topicState{name: topic, ch: ch, subs: map[*topicSub]struct{}{}, local: map[string]*topicSub{}, remote: map[string]*remoteMember{}}
-	} else if ch.presence && len(t.local)+len(t.remote) >= cfg.MaxPresence {
-		return protocol.Errorf(protocol.CodePresenceFull, "topic %q has %d members, the most this server allows", topic, cfg.MaxPresence)
+		t = &topicState{name: topic, ch: ch, subs: map[*topicSub]struct{}{}, local: map[string]*topicSub{}, remote: map[string]*remoteMember{}, members: map[string]int{}}
+	}
+	if ch.presence {
+		switch {
+		case len(t.local)+len(t.remote) >= cfg.MaxPresence:
+			return protocol.Errorf(protocol.CodePresenceFull, "topic %q has %d members, the most this server allows", topic, cfg.MaxPresence)
+		case pid != "" && t.members[pid] >= cfg.MaxPresencePerPrincipal:
+			return protocol.Errorf(protocol.CodeTooManyPresences, "this user is already %d members of topic %q, the most this server allows", cfg.MaxPresencePerPrincipal, topic)
+		case !ct.joins.allow(time.Now()):
+			return protocol.Errorf(protocol.CodePublishRateLimit, "more than %d presence topics joined per second; the subscription was refused, try again later", cfg.PresenceJoinRate)
+		}
+	}
+	if pid != "" {
+		h.byPrincipal[pid]++
 	}
 	h.conns[c] = ct
 	h.topics[topic] = t
@@ -96,6 +114,9 @@ func (h *chanHub) subscribe(c *conn, ch *channel, topic string, state json.RawMe
 	}
 	s.member = protocol.Member{ID: h.nextMemberIDLocked(), Principal: c.currentPrincipal().ID, State: state}
 	t.local[s.member.ID] = s
+	if pid != "" {
+		t.members[pid]++
+	}
 	h.sendPresenceLocked(s, nil, nil)
 	joins := []protocol.Member{s.member}
 	diff := protocol.PresenceDiff(topic, joins, nil)
@@ -119,7 +140,11 @@ func (h *chanHub) unsubscribe(c *conn, topic string) *protocol.Error {
 	if ct == nil || ct.subs[topic] == nil {
 		return protocol.Errorf(protocol.CodeNotTopicMember, "topic %q is not subscribed", protocol.Truncate(topic, 64))
 	}
-	h.leaveLocked(ct, ct.subs[topic]) // ct stays until the connection closes: it holds the publish bucket
+	if ct.subs[topic].member.ID != "" {
+		// A leave is sent to every member, as a join is: it counts.
+		ct.joins.charge(time.Now())
+	}
+	h.leaveLocked(ct, ct.subs[topic]) // ct stays until the connection closes: it holds the buckets
 	return nil
 }
 
@@ -129,8 +154,19 @@ func (h *chanHub) leaveLocked(ct *connTopics, s *topicSub) {
 	t := s.t
 	delete(ct.subs, t.name)
 	delete(t.subs, s)
+	pid := s.c.pid
+	if pid != "" {
+		if h.byPrincipal[pid]--; h.byPrincipal[pid] <= 0 {
+			delete(h.byPrincipal, pid)
+		}
+	}
 	if t.ch.presence && s.member.ID != "" {
 		delete(t.local, s.member.ID)
+		if pid != "" {
+			if t.members[pid]--; t.members[pid] <= 0 {
+				delete(t.members, pid)
+			}
+		}
 		leaves := []protocol.Member{leaveOf(s.member)}
 		h.diffLocked(t, nil, leaves)
 		h.broadcastLocked(feed.Broadcast{Kind: feed.BroadcastLeave, Topic: t.name, Members: leaves})
@@ -163,7 +199,7 @@ func (h *chanHub) allowPublish(c *conn) bool {
 	ct := h.conns[c]
 	if ct == nil {
 		// A publisher need not subscribe; its bucket lives with its topics.
-		ct = &connTopics{subs: map[string]*topicSub{}, limiter: newFrameLimiter(cfg.PublishRate, cfg.PublishBurst, time.Now())}
+		ct = newConnTopics(cfg)
 		h.conns[c] = ct
 	}
 	return ct.limiter.allow(time.Now())

@@ -30,9 +30,13 @@ type chanHub struct {
 	shapes   map[string]bool
 	topics   map[string]*topicState
 	conns    map[*conn]*connTopics
-	seq      uint64        // member ids
-	kicks    []*conn       // connections with queued messages for the flusher (flushLoop)
-	flush    chan struct{} // wakes flushLoop; buffered 1
+	// byPrincipal counts the topic subscriptions of each named principal
+	// (ChannelConfig.MaxTopicsPerPrincipal); an entry exists while it is
+	// not zero.
+	byPrincipal map[string]int
+	seq         uint64        // member ids
+	kicks       []*conn       // connections with queued messages for the flusher (flushLoop)
+	flush       chan struct{} // wakes flushLoop; buffered 1
 
 	out      chan feed.Broadcast // to the sender goroutine
 	started  bool                // guarded by mu
@@ -42,11 +46,15 @@ type chanHub struct {
 
 // topicState is one topic with subscribers on this node.
 type topicState struct {
-	name   string
-	ch     *channel
-	subs   map[*topicSub]struct{}
-	local  map[string]*topicSub     // presence: this node's members by id
-	remote map[string]*remoteMember // presence: other nodes' members by id
+	name  string
+	ch    *channel
+	subs  map[*topicSub]struct{}
+	local map[string]*topicSub // presence: this node's members by id
+	// members counts this node's members of each named principal
+	// (ChannelConfig.MaxPresencePerPrincipal); an entry exists while it is
+	// not zero.
+	members map[string]int
+	remote  map[string]*remoteMember // presence: other nodes' members by id
 }
 
 // topicSub is one connection's subscription to one topic.
@@ -71,6 +79,17 @@ type remoteMember struct {
 type connTopics struct {
 	subs    map[string]*topicSub
 	limiter frameLimiter // publishes and presence updates
+	joins   frameLimiter // presence joins and leaves (ChannelConfig.PresenceJoinRate)
+}
+
+// newConnTopics returns a connection's channel state with full buckets.
+func newConnTopics(cfg *ChannelConfig) *connTopics {
+	now := time.Now()
+	return &connTopics{
+		subs:    map[string]*topicSub{},
+		limiter: newFrameLimiter(cfg.PublishRate, cfg.PublishBurst, now),
+		joins:   newFrameLimiter(cfg.PresenceJoinRate, cfg.PresenceJoinBurst, now),
+	}
 }
 
 // chanCounters are the channel counters (ChannelStats).
@@ -100,7 +119,9 @@ func newChanHub(e *Engine) *chanHub {
 		shapes: map[string]bool{},
 		topics: map[string]*topicState{},
 		conns:  map[*conn]*connTopics{},
-		flush:  make(chan struct{}, 1),
+
+		byPrincipal: map[string]int{},
+		flush:       make(chan struct{}, 1),
 	}
 	if b, ok := e.bus.src.(feed.Broadcaster); ok {
 		h.src = b

@@ -105,6 +105,50 @@ type Config struct {
 	// subscription ("in" lists included). Zero value means 256.
 	MaxConditionValues int
 
+	// MaxQueuedMutations bounds the mutate frames waiting to run, or
+	// running, on one connection (they run one at a time, in order); one
+	// beyond it is
+	// rejected with rate_limited, which clients resend later with the same
+	// key. Zero value means 256.
+	MaxQueuedMutations int
+	// MaxQueuedMutationBytes bounds the bytes of the mutate frames waiting
+	// on one connection (their arguments, key and names), refused as
+	// MaxQueuedMutations is. Zero value means 4 MiB; it is at least
+	// MaxFrameBytes.
+	MaxQueuedMutationBytes int
+
+	// The bounds below are per principal and per node: they count what one
+	// principal (authz.Principal.ID) holds on this node across all its
+	// connections, so that one user cannot take what the others need; a
+	// principal connected to several nodes has each node's bounds there.
+	// The anonymous principal is many users, not one: it has the
+	// per-connection bounds only (MaxSubscriptions, MaxQueuedMutations,
+	// Channels.MaxTopics...), and an app that admits anonymous callers
+	// bounds their connections in front of tide (per address, at the
+	// proxy).
+
+	// MaxConnsPerPrincipal bounds the connections of one principal. A
+	// connection beyond it is refused at hello: an error frame
+	// too_many_connections, then a close with 1013 (try again later), which
+	// clients treat as any lost connection: they reconnect with a backoff
+	// that grows until one is welcomed. Zero value means 32.
+	MaxConnsPerPrincipal int
+	// MaxSubscriptionsPerPrincipal bounds the subscriptions of one
+	// principal across its connections; one beyond it is refused with
+	// too_many_subscriptions. Zero value means 1024.
+	MaxSubscriptionsPerPrincipal int
+	// MaxQueuedMutationsPerPrincipal bounds the mutate frames waiting to
+	// run across one principal's connections; one beyond it is rejected
+	// with rate_limited (clients resend it later, with the same key). Zero
+	// value means 1024.
+	MaxQueuedMutationsPerPrincipal int
+	// MaxQueuedMutationBytesPerPrincipal bounds the bytes of those frames,
+	// refused as MaxQueuedMutationsPerPrincipal is: with the per-connection
+	// bounds, it is what keeps a principal's writes from filling the
+	// server's memory. Zero value means 16 MiB; it is at least
+	// MaxQueuedMutationBytes.
+	MaxQueuedMutationBytesPerPrincipal int
+
 	// HelloTimeout is how long a new connection may take to send hello.
 	// Zero value means 10 s.
 	HelloTimeout time.Duration
@@ -179,6 +223,15 @@ func (c Config) withDefaults() Config {
 	setInt(&c.MaxConditions, 8)
 	setInt(&c.MaxConditionValues, 256)
 	setInt(&c.FrameRate, 50)
+	setInt(&c.MaxQueuedMutations, 256)
+	setInt(&c.MaxQueuedMutationBytes, 4<<20)
+	setInt(&c.MaxConnsPerPrincipal, 32)
+	setInt(&c.MaxSubscriptionsPerPrincipal, 1024)
+	setInt(&c.MaxQueuedMutationsPerPrincipal, 1024)
+	setInt(&c.MaxQueuedMutationBytesPerPrincipal, 16<<20)
+	// Whatever their setting, one frame of the largest size always fits.
+	c.MaxQueuedMutationBytes = max(c.MaxQueuedMutationBytes, c.MaxFrameBytes)
+	c.MaxQueuedMutationBytesPerPrincipal = max(c.MaxQueuedMutationBytesPerPrincipal, c.MaxQueuedMutationBytes)
 	setInt(&c.FrameBurst, c.MaxSubscriptions+16)
 	setDur(&c.HelloTimeout, 10*time.Second)
 	setDur(&c.IdleTimeout, 120*time.Second)
@@ -218,6 +271,12 @@ func (c Config) validate() error {
 	positive("MaxConditionValues", c.MaxConditionValues)
 	positive("FrameRate", c.FrameRate)
 	positive("FrameBurst", c.FrameBurst)
+	positive("MaxQueuedMutations", c.MaxQueuedMutations)
+	positive("MaxQueuedMutationBytes", c.MaxQueuedMutationBytes)
+	positive("MaxConnsPerPrincipal", c.MaxConnsPerPrincipal)
+	positive("MaxSubscriptionsPerPrincipal", c.MaxSubscriptionsPerPrincipal)
+	positive("MaxQueuedMutationsPerPrincipal", c.MaxQueuedMutationsPerPrincipal)
+	positive("MaxQueuedMutationBytesPerPrincipal", c.MaxQueuedMutationBytesPerPrincipal)
 	if c.PageSize > c.MaxPageSize {
 		errs = append(errs, fmt.Errorf("PageSize %d exceeds MaxPageSize %d", c.PageSize, c.MaxPageSize))
 	}

@@ -33,6 +33,11 @@ type conn struct {
 	build     string
 	helloDone bool
 	limiter   frameLimiter // reader goroutine only
+	// pid is the principal whose bounds the connection counts against
+	// (principallimit.go), set at hello; counted says its connection is
+	// counted, to be forgotten at teardown.
+	pid     string
+	counted bool
 
 	mu       sync.Mutex
 	subs     map[string]*subscription
@@ -143,6 +148,13 @@ func (c *conn) hello(f protocol.ClientFrame) {
 		}
 		expiry = exp
 	}
+	pid := c.currentPrincipal().ID
+	if err := c.e.bounds.addConn(pid); err != nil {
+		c.sendError("", err)
+		c.closeAfterFlush(protocol.CloseOverloaded, "too many connections")
+		return
+	}
+	c.pid, c.counted = pid, true
 	c.origin, c.build = f.Origin, f.Build
 	c.helloDone = true
 	_ = c.ws.SetReadDeadline(time.Now().Add(c.e.cfg.IdleTimeout))
@@ -226,6 +238,12 @@ func (c *conn) subscribe(f protocol.ClientFrame) {
 		c.sendError(f.ID, protocol.Errorf(protocol.CodeTooManySubscriptions, "at most %d subscriptions per connection", e.cfg.MaxSubscriptions))
 		return
 	}
+	if err := e.bounds.addSub(c.pid); err != nil {
+		c.mu.Unlock()
+		e.cfg.Observer.SubscribeRefused(req.res.schema.Name, err.Code)
+		c.sendError(f.ID, err)
+		return
+	}
 	s := newSubscription(c, f.ID, req.res, req.scope, req.limit)
 	s.targets = req.targets
 	c.subs[f.ID] = s
@@ -252,6 +270,7 @@ func (c *conn) dropSub(s *subscription) {
 	c.mu.Lock()
 	if c.subs[s.id] == s {
 		delete(c.subs, s.id)
+		c.e.bounds.dropSubs(c.pid, 1)
 		c.e.stats.subscriptions.Add(-1)
 		c.e.cfg.Observer.SubscriptionEnded(s.res.schema.Name)
 	}

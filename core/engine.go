@@ -28,14 +28,15 @@ type Engine struct {
 	epoch  string   // the feed's epoch; set by the tailer before ready is closed
 	hub    *hub
 	heads  headBatcher
-	cache  replayCache     // recent changes and shared feed reads, for catch-up
-	auth   *tokenTimers    // token expiry and revocation (tokens.go, revoke.go)
-	revs   *revSync        // revocations to and from the other nodes (revsync.go)
-	limits *catchUpLimiter // concurrent catch-up reads (catchuplimit.go)
-	follow *follower       // policy re-checks when what they read changes (recheck.go)
-	traces *mutationTraces // spans of recent mutations, nil unless the tracer links (tracelink.go)
-	chans  *chanHub        // app channels: topics, presence (channel*.go)
-	ctx    context.Context // cancelled by Shutdown
+	cache  replayCache      // recent changes and shared feed reads, for catch-up
+	auth   *tokenTimers     // token expiry and revocation (tokens.go, revoke.go)
+	revs   *revSync         // revocations to and from the other nodes (revsync.go)
+	limits *catchUpLimiter  // concurrent catch-up reads (catchuplimit.go)
+	bounds *principalLimits // what each principal holds (principallimit.go)
+	follow *follower        // policy re-checks when what they read changes (recheck.go)
+	traces *mutationTraces  // spans of recent mutations, nil unless the tracer links (tracelink.go)
+	chans  *chanHub         // app channels: topics, presence (channel*.go)
+	ctx    context.Context  // cancelled by Shutdown
 	cancel context.CancelFunc
 
 	mu        sync.RWMutex
@@ -80,6 +81,7 @@ func New(cfg Config) (*Engine, error) {
 	e.auth = newTokenTimers(ctx, cfg.Clock)
 	e.revs = newRevSync(e)
 	e.limits = newCatchUpLimiter(cfg.MaxCatchUps, cfg.MaxCatchUpsPerPrincipal)
+	e.bounds = newPrincipalLimits(&e.cfg)
 	e.follow = newFollower(e)
 	if _, ok := cfg.Tracer.(SpanLinker); ok {
 		e.traces = newMutationTraces()

@@ -173,8 +173,20 @@ func (f failed) Unwrap() error { return f.err }
 // device origin, and returns the frame to answer with: an ack, or a reject
 // whose code is also returned as err. It is what the WebSocket route runs
 // for every mutate frame and what POST <prefix>/mutate runs; f is
-// validated first (protocol.ClientFrame.Validate).
+// validated first (protocol.ClientFrame.Validate). While it runs it counts
+// against p's bounds of waiting mutations, as a queued mutate frame does
+// (Config.MaxQueuedMutationsPerPrincipal and
+// MaxQueuedMutationBytesPerPrincipal); over them it is rejected with
+// rate_limited.
 func (e *Engine) Mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
+	size := mutationSize(&f)
+	if err := e.bounds.addMutation(p.ID, size); err != nil {
+		err = presentReject(err)
+		e.stats.mutationsRejected.Add(1)
+		e.cfg.Observer.Mutated("", "", err.Code, 0)
+		return protocol.Reject(f.Key, err), err
+	}
+	defer e.bounds.dropMutations(p.ID, 1, size)
 	frame, _, err := e.runMutation(ctx, p, origin, f)
 	return frame, err
 }
@@ -308,25 +320,46 @@ func runMutator(ctx context.Context, m *mutator, tx *Tx, args any) (err error) {
 
 // mutations is a connection's queue of mutate frames, run one at a time in
 // arrival order by a goroutine that exists only while the queue is not
-// empty. Guarded by conn.mu.
+// empty. Guarded by conn.mu. n and bytes count the frames queued and the
+// one running (mutationSize); they count against the connection's and its
+// principal's bounds (Config.MaxQueuedMutations and the rest) until run.
 type mutations struct {
 	queue   []protocol.ClientFrame
+	n       int // queued and running
+	bytes   int
 	running bool
 }
 
-// maxQueuedMutations bounds a connection's queue; a mutate frame beyond it
-// is rejected with rate_limited (resend it later, with the same key).
-const maxQueuedMutations = 256
+// mutationSize is what a queued mutate frame holds in memory: its strings
+// and arguments, plus the frame itself.
+func mutationSize(f *protocol.ClientFrame) int {
+	return 256 + len(f.Key) + len(f.Resource) + len(f.Name) + len(f.Args) + len(f.TraceParent)
+}
 
-// mutate queues a mutate frame.
+// mutate queues a mutate frame, or rejects it with rate_limited when the
+// connection's queue or its principal's is full: the client resends it
+// later with the same key.
 func (c *conn) mutate(f protocol.ClientFrame) {
+	cfg := &c.e.cfg
+	size := mutationSize(&f)
 	c.mu.Lock()
-	if len(c.muts.queue) >= maxQueuedMutations {
+	var err *protocol.Error
+	switch {
+	case c.muts.n >= cfg.MaxQueuedMutations || c.muts.bytes+size > cfg.MaxQueuedMutationBytes:
+		err = protocol.Errorf(protocol.CodeRateLimited, "at most %d mutations (%d KiB) may wait on one connection; resend later with the same key", cfg.MaxQueuedMutations, cfg.MaxQueuedMutationBytes>>10)
+	default:
+		err = c.e.bounds.addMutation(c.pid, size)
+	}
+	if err != nil {
 		c.mu.Unlock()
-		c.sendFrame(protocol.Reject(f.Key, presentReject(protocol.Errorf(protocol.CodeRateLimited, "at most %d mutations may wait on one connection", maxQueuedMutations))))
+		c.e.stats.mutationsRejected.Add(1)
+		c.e.cfg.Observer.Mutated("", "", err.Code, 0)
+		c.sendFrame(protocol.Reject(f.Key, presentReject(err)))
 		return
 	}
 	c.muts.queue = append(c.muts.queue, f)
+	c.muts.n++
+	c.muts.bytes += size
 	start := !c.muts.running
 	if start {
 		c.muts.running = true
@@ -345,14 +378,23 @@ func (c *conn) mutateLoop() {
 	for {
 		c.mu.Lock()
 		if len(c.muts.queue) == 0 || c.closing {
-			c.muts.queue, c.muts.running = nil, false
+			n, size := c.muts.n, c.muts.bytes
+			c.muts.queue, c.muts.n, c.muts.bytes, c.muts.running = nil, 0, 0, false
 			c.mu.Unlock()
+			c.e.bounds.dropMutations(c.pid, n, size)
 			return
 		}
 		f := c.muts.queue[0]
+		c.muts.queue[0] = protocol.ClientFrame{} // not kept alive by the queue's array
 		c.muts.queue = c.muts.queue[1:]
 		c.mu.Unlock()
 		frame, pos, err := c.e.runMutation(c.e.ctx, c.currentPrincipal(), c.origin, f)
+		size := mutationSize(&f)
+		c.mu.Lock()
+		c.muts.n--
+		c.muts.bytes -= size
+		c.mu.Unlock()
+		c.e.bounds.dropMutations(c.pid, 1, size)
 		c.sendFrame(frame)
 		if err == nil {
 			c.mu.Lock()

@@ -32,3 +32,13 @@ func (l *frameLimiter) allow(now time.Time) bool {
 	l.refused++
 	return false
 }
+
+// charge takes a token for a frame that is never refused (it still counts
+// against the frames after it), if there is one.
+func (l *frameLimiter) charge(now time.Time) {
+	if elapsed := now.Sub(l.last).Seconds(); elapsed > 0 {
+		l.tokens = min(l.burst, l.tokens+elapsed*l.rate)
+	}
+	l.last = now
+	l.tokens = max(0, l.tokens-1)
+}

@@ -180,6 +180,7 @@ func (c *conn) teardown() {
 	c.subs = map[string]*subscription{}
 	c.mu.Unlock()
 	c.e.stats.subscriptions.Add(int64(-n))
+	c.e.bounds.dropSubs(c.pid, n)
 	for _, s := range subs {
 		c.e.cfg.Observer.SubscriptionEnded(s.res.schema.Name)
 		s.close()
@@ -190,6 +191,9 @@ func (c *conn) teardown() {
 	c.e.mu.Lock()
 	delete(c.e.conns, c)
 	c.e.mu.Unlock()
+	if c.counted {
+		c.e.bounds.dropConn(c.pid)
+	}
 	c.e.stats.connections.Add(-1)
 	c.e.cfg.Observer.ConnClosed()
 }

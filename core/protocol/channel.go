@@ -37,11 +37,12 @@ const (
 	CodeUnknownTopic     Code = "unknown_topic"        // no channel of the server matches the topic name
 	CodeInvalidMessage   Code = "invalid_message"      // the published data does not match the channel's message schema
 	CodeMessageTooLarge  Code = "message_too_large"    // the published data or presence state exceeds the server's limit
-	CodeTooManyTopics    Code = "too_many_topics"      // the connection holds the maximum number of topic subscriptions
+	CodeTooManyTopics    Code = "too_many_topics"      // the connection, or its principal across its connections, holds the maximum number of topic subscriptions
 	CodePresenceFull     Code = "presence_full"        // the topic's presence list holds the maximum number of members
+	CodeTooManyPresences Code = "too_many_presences"   // the principal holds the maximum number of members of the topic's presence list (one per connection)
 	CodeNoPresence       Code = "no_presence"          // presence-update on a topic that does not track presence
 	CodeNotTopicMember   Code = "not_subscribed"       // unsubscribe or presence-update of a topic the connection is not subscribed to
-	CodePublishRateLimit Code = "publish_rate_limited" // the connection publishes faster than the server allows; the message was dropped
+	CodePublishRateLimit Code = "publish_rate_limited" // the connection publishes, updates its presence or joins presence topics faster than the server allows; the frame was dropped
 )
 
 // ChannelFields are the fields of channel client frames, embedded in

@@ -22,10 +22,11 @@ const (
 	CodeUnknownSub           Code = "unknown_subscription"   // unsubscribe named an id that is not subscribed
 	CodeUnauthenticated      Code = "unauthenticated"        // the caller must authenticate first (or its token is invalid)
 	CodeForbidden            Code = "forbidden"              // the caller may not see this scope
-	CodeTooManySubscriptions Code = "too_many_subscriptions" // the connection holds the maximum number of subscriptions
+	CodeTooManySubscriptions Code = "too_many_subscriptions" // the connection, or its principal across its connections, holds the maximum number of subscriptions
+	CodeTooManyConnections   Code = "too_many_connections"   // the principal holds the maximum number of connections to this server; the connection is closed with 1013: retry later
 	CodeTooManyConditions    Code = "too_many_conditions"    // the subscription has more conditions or values than allowed
 	CodeFrameTooLarge        Code = "frame_too_large"        // the frame exceeds the maximum frame size
-	CodeRateLimited          Code = "rate_limited"           // the client sends frames faster than allowed
+	CodeRateLimited          Code = "rate_limited"           // the client sends frames faster than allowed, or (a reject) too many of its mutations wait: resend later with the same key
 	CodeDraining             Code = "draining"               // the server is shutting down; reconnect elsewhere
 	CodeUnavailable          Code = "unavailable"            // the change feed is unreachable; retry later
 	CodeInternal             Code = "internal"               // an unexpected server error; retry later

@@ -80,7 +80,8 @@ export function createClient(opts: Options = {}): Client {
   return new Client(opts);
 }
 
-const RESEND_CODES = ["unavailable", "draining"];
+/** Rejects that ask for the mutation to be sent again later, with the same key (rate_limited: too many of this user's mutations wait on the server). */
+const RESEND_CODES = ["unavailable", "draining", "rate_limited"];
 /** Closes that are the server's lifecycle (going away, restart, backpressure, drain), not a verdict on what was sent. */
 const LIFECYCLE_CLOSES = [1001, 1012, 1013, 4002];
 /** How long a socket may take to open and be welcomed. */

@@ -93,3 +93,19 @@ test("a mutation sent on 5 connections the server closed without answering is se
   assert.deepEqual(await store.loadQueue(), []);
   cl.close();
 });
+
+test("a reject rate_limited (too many of this user's mutations wait on the server) keeps the mutation queued and resends it with the same key", async () => {
+  const { cl, store } = client();
+  const scope = cl.scope("todos");
+  const ws = await welcomed();
+  const m = cl.mutate("todos", "put", { id: "r" }, { local: (tx) => tx.upsert("todos", "r", { id: "r" }) });
+  await until("sent", () => ws.of("mutate")[0]);
+  ws.push({ type: "reject", key: m.key, code: "rate_limited", message: "too many mutations wait", detail: "at most 1024" });
+  await until("resent with the same key", () => ws.of("mutate").filter((f) => f.key === m.key).length === 2);
+  assert.ok(scope.getSnapshot().byKey.has("r"), "not rolled back");
+  assert.equal(cl.status.getSnapshot().pending, 1);
+  assert.deepEqual((await store.loadQueue()).map((q) => q.key), [m.key]);
+  ws.push({ type: "ack", key: m.key, cursor: "1.E.2", entries: [] });
+  assert.equal((await m.result).key, m.key);
+  cl.close();
+});
