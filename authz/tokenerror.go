@@ -15,7 +15,7 @@ const (
 	CodeTokenExpired     TokenCode = "token_expired"       // now is at or after its expiry
 	CodeTokenNotYetValid TokenCode = "token_not_yet_valid" // now is before its not-before time
 	CodeTokenRevoked     TokenCode = "token_revoked"       // issued to a principal before its access was revoked
-	CodeScopeNotAllowed  TokenCode = "scope_not_allowed"   // a subscription outside the token's grants
+	CodeScopeNotAllowed  TokenCode = "scope_not_allowed"   // a subscription, poll, topic or mutation outside the token's grants
 )
 
 // TokenError is a token refusal with a stable code. It wraps
