@@ -332,3 +332,31 @@ func TestMutateGrantsFailClosed(t *testing.T) {
 		t.Fatalf("without grants: %+v", got)
 	}
 }
+
+// TestPollInsideGrants: POST /tide/changes with a token granting p2 polls
+// p2, and is refused 403 forbidden (scope_not_allowed) for p1, although the
+// token's claims would let the resource's policy allow it.
+func TestPollInsideGrants(t *testing.T) {
+	g := newGrantEnv(t, memfeed.New(memfeed.Options{}), nil)
+	share := g.token(t, "p2")
+	for _, tc := range []struct {
+		project string
+		status  int
+	}{{"p2", http.StatusOK}, {"p1", http.StatusForbidden}} {
+		body := `{"v":1,"resource":"todos","conditions":{"project_id":"` + tc.project + `"}}`
+		req, _ := http.NewRequest(http.MethodPost, g.base+"/tide/changes", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+share)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.status {
+			t.Fatalf("poll %s: %d %s", tc.project, res.StatusCode, data)
+		}
+		if tc.status == http.StatusForbidden && !strings.Contains(string(data), string(authz.CodeScopeNotAllowed)) {
+			t.Fatalf("poll %s: %s", tc.project, data)
+		}
+	}
+}
