@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -185,12 +186,19 @@ var transports = map[string]transport{
 // unrestricted principal through Poll.
 func (g *grantEnv) rows(t *testing.T) string {
 	t.Helper()
+	return strings.Join(g.allRows(t, []string{"p1", "p2"}), " ")
+}
+
+// allRows returns the todos of the given projects as "project/id=title",
+// sorted.
+func (g *grantEnv) allRows(t *testing.T, projects []string) []string {
+	t.Helper()
 	var out []string
-	for _, pr := range []string{"p1", "p2"} {
+	for _, pr := range projects {
 		rows := map[string]string{}
 		cursor := ""
 		for i := 0; ; i++ {
-			raw, err := g.e.Poll(context.Background(), alice("p1", "p2"), core.PollRequest{V: 1, Resource: "todos",
+			raw, err := g.e.Poll(context.Background(), alice(projects...), core.PollRequest{V: 1, Resource: "todos",
 				Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"` + pr + `"`)}, Cursor: cursor, Limit: 100})
 			if err != nil {
 				t.Fatal(err)
@@ -218,7 +226,7 @@ func (g *grantEnv) rows(t *testing.T) string {
 		}
 	}
 	slices.Sort(out)
-	return strings.Join(out, " ")
+	return out
 }
 
 const seededRows = "p1/a1=of p1 p2/b2=of p2"
@@ -357,6 +365,76 @@ func TestPollInsideGrants(t *testing.T) {
 		}
 		if tc.status == http.StatusForbidden && !strings.Contains(string(data), string(authz.CodeScopeNotAllowed)) {
 			t.Fatalf("poll %s: %s", tc.project, data)
+		}
+	}
+}
+
+// TestMutateGrantsProperty: seeded, randomized, on the in-memory feed. A
+// principal granted a random subset of four projects, whose claims allow
+// all of them, runs random puts (inserts, updates, moves) and removes:
+// each is acknowledged exactly when every change it writes is inside the
+// grant (a move: both its old and its new project), and the rows after
+// each step are exactly those of a model that applies only the
+// acknowledged ones.
+func TestMutateGrantsProperty(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 29))
+	all := []string{"p1", "p2", "p3", "p4"}
+	for round := range 8 {
+		g := newGrantEnv(t, memfeed.New(memfeed.Options{}), nil)
+		model := map[string]string{"a1": "p1", "b2": "p2"} // id → project
+		var granted []string
+		for _, pr := range all {
+			if rng.IntN(2) == 0 {
+				granted = append(granted, pr)
+			}
+		}
+		p := alice(all...)
+		if len(granted) > 0 {
+			p.Grants = []authz.Grant{{Resource: "todos", Conditions: map[string][]string{"project_id": granted}}}
+		}
+		inside := func(pr string) bool { return len(granted) == 0 || slices.Contains(granted, pr) }
+		for step := range 40 {
+			id := []string{"a1", "b2", "c3", "d4"}[rng.IntN(4)]
+			to := all[rng.IntN(len(all))]
+			name, want := "put", true
+			old, exists := model[id]
+			if rng.IntN(3) == 0 {
+				name = "remove"
+				want = !exists || inside(old)
+			} else {
+				want = inside(to) && (!exists || old == to || inside(old))
+			}
+			args, _ := json.Marshal(addArgs{ID: id, ProjectID: to, Title: fmt.Sprintf("s%d", step)})
+			frame, rej := g.e.Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
+				Key: fmt.Sprintf("r%d-%d", round, step), Seq: int64(step + 1), Resource: "todos", Name: name, Args: args, At: time.Now().UnixMilli()})
+			if got := rej == nil; got != want {
+				t.Fatalf("round %d step %d (seed %d): %s %s to %s (was %q) with grants %v: acknowledged %v, want %v: %s",
+					round, step, seed, name, id, to, old, granted, got, want, frame)
+			}
+			if rej != nil && rej.Code != protocol.CodeForbidden {
+				t.Fatalf("round %d step %d (seed %d): reject %s", round, step, seed, rej.Code)
+			}
+			if rej == nil {
+				if name == "remove" {
+					delete(model, id)
+				} else {
+					model[id] = to
+				}
+			}
+		}
+		var want []string
+		for id, pr := range model {
+			want = append(want, pr+"/"+id)
+		}
+		slices.Sort(want)
+		var got []string
+		for _, r := range g.allRows(t, all) {
+			got = append(got, r[:strings.Index(r, "=")])
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("round %d (seed %d): rows %v, model %v", round, seed, got, want)
 		}
 	}
 }
