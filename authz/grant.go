@@ -39,8 +39,9 @@ func (g Grant) Covers(resource string, conditions map[string][]string) bool {
 	return true
 }
 
-// ErrScopeNotAllowed denies a subscription outside the grants of the
-// principal's token. It wraps ErrForbidden, so clients see "forbidden".
+// ErrScopeNotAllowed denies a subscription, poll, topic or mutation outside
+// the grants of the principal's token. It wraps ErrForbidden, so clients
+// see "forbidden".
 var ErrScopeNotAllowed = &TokenError{Code: CodeScopeNotAllowed, msg: "the token does not allow this scope", deny: ErrForbidden}
 
 // CheckGrants returns nil if the principal has no grants or one of them

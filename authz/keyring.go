@@ -86,7 +86,23 @@ type KeyringConfig struct {
 	// tokens the keyring signs and accepts, and so how long it must
 	// remember a revocation. Zero value means 24 h.
 	MaxLifetime time.Duration
+	// ClockSkew is how far ahead of this keyring's clock a token's issue
+	// time may be: the nodes that mint tokens may have clocks a little
+	// ahead. A token issued further ahead is refused with
+	// ErrTokenIssuedInFuture, and a revocation covers the tokens issued up
+	// to ClockSkew after it that were minted without knowing of it, so
+	// that it covers every token that can still be accepted. Zero value:
+	// DefaultClockSkew.
+	ClockSkew time.Duration
 }
+
+// DefaultClockSkew is the ClockSkew of a keyring configured without one.
+// Servers kept in sync by NTP are milliseconds apart; a minute still
+// tolerates a host that lost its sync or a virtual machine resumed with a
+// stale clock, while keeping short the time by which a token signed with a
+// clock ahead can be accepted before its issue time (a fraction of the 10
+// minutes a minted token lives by default).
+const DefaultClockSkew = time.Minute
 
 // Keyring signs and verifies channel tokens with HMAC-SHA256. It holds one
 // current key, which signs, and any number of previous keys, which only
@@ -99,14 +115,15 @@ type Keyring struct {
 	now         func() time.Time
 	maxBytes    int
 	maxLifetime time.Duration
+	skew        time.Duration
 
 	keys atomic.Pointer[keyset] // replaced whole on Rotate and Retire
 	mu   sync.Mutex             // serializes Rotate and Retire
 
-	last atomic.Int64 // the latest issue or revocation time handed out, Unix ns (see stamp)
+	last atomic.Int64 // the latest issue or revocation time made here, Unix ns (see stamp)
 
 	revMu   sync.RWMutex
-	revoked map[string]int64                 // principal id → its latest revocation, Unix ns
+	revoked map[string]int64                 // principal id → its latest revocation, Unix ns (see revokedBy)
 	hooks   map[*int]func(string, time.Time) // OnRevoke callbacks
 }
 
@@ -118,13 +135,14 @@ type keyset struct {
 
 // NewKeyring returns a keyring for cfg. It copies the keys' secrets.
 func NewKeyring(cfg KeyringConfig) (*Keyring, error) {
-	if cfg.MaxTokenBytes < 0 || cfg.MaxLifetime < 0 {
-		return nil, errors.New("authz: MaxTokenBytes and MaxLifetime must not be negative")
+	if cfg.MaxTokenBytes < 0 || cfg.MaxLifetime < 0 || cfg.ClockSkew < 0 {
+		return nil, errors.New("authz: MaxTokenBytes, MaxLifetime and ClockSkew must not be negative")
 	}
 	k := &Keyring{
 		now:         cfg.Now,
 		maxBytes:    cfg.MaxTokenBytes,
 		maxLifetime: cfg.MaxLifetime,
+		skew:        cfg.ClockSkew,
 		revoked:     map[string]int64{},
 		hooks:       map[*int]func(string, time.Time){},
 	}
@@ -136,6 +154,9 @@ func NewKeyring(cfg KeyringConfig) (*Keyring, error) {
 	}
 	if k.maxLifetime == 0 {
 		k.maxLifetime = 24 * time.Hour
+	}
+	if k.skew == 0 {
+		k.skew = DefaultClockSkew
 	}
 	ks, err := newKeyset(cfg.Current, cfg.Previous)
 	if err != nil {
@@ -208,15 +229,25 @@ func (k *Keyring) Retire(id string) error {
 
 // Sign returns a token for t, signed with the current key. t.Principal must
 // not be anonymous, t.Expiry must be after t.IssuedAt (zero: now) and
-// NotBefore, and the lifetime at most MaxLifetime.
+// NotBefore, the lifetime at most MaxLifetime, and t.IssuedAt at most
+// ClockSkew ahead of now (for a token valid later, set NotBefore). The
+// token records the latest revocation of its principal this keyring knows
+// of, so that revocation does not cover it.
 func (k *Keyring) Sign(t Token) (string, error) {
 	if t.IssuedAt.IsZero() {
 		t.IssuedAt = k.stamp(time.Time{})
 	}
-	p, err := newPayload(t, k.now())
+	now := k.now()
+	if t.IssuedAt.Sub(now) > k.skew {
+		return "", fmt.Errorf("authz: cannot sign: IssuedAt is more than ClockSkew (%v) ahead of now; set NotBefore for a token valid later", k.skew)
+	}
+	p, err := newPayload(t, now)
 	if err != nil {
 		return "", err
 	}
+	k.revMu.RLock()
+	p.Rev = k.revoked[p.Sub]
+	k.revMu.RUnlock()
 	if time.Duration(p.Exp-p.Iat)*time.Second > k.maxLifetime {
 		return "", fmt.Errorf("authz: cannot sign: the lifetime exceeds MaxLifetime (%v)", k.maxLifetime)
 	}
@@ -233,8 +264,8 @@ func (k *Keyring) Sign(t Token) (string, error) {
 // Mint signs a token for p valid from now for ttl and returns it with its
 // content (whose Expiry tells the client when to refresh).
 //
-// Its issue time comes after every revocation this keyring has recorded
-// (made here or applied with RevokePrincipalAt), so a token minted after a
+// It records the latest revocation of p this keyring has recorded (made
+// here or applied with RevokePrincipalAt), so a token minted after a
 // revocation is never taken for one it revoked, however close the two are.
 func (k *Keyring) Mint(p Principal, ttl time.Duration) (string, Token, error) {
 	now := k.stamp(time.Time{})
@@ -276,20 +307,39 @@ func (k *Keyring) Parse(tok string) (Token, error) {
 	if time.Duration(p.Exp-p.Iat)*time.Second > k.maxLifetime {
 		return Token{}, fmt.Errorf("%w: the lifetime exceeds MaxLifetime", ErrTokenMalformed)
 	}
-	now := k.now().Unix()
+	nowT := k.now()
+	now := nowT.Unix()
 	switch {
 	case now >= p.Exp:
 		return Token{}, fmt.Errorf("%w: at %s", ErrTokenExpired, time.Unix(p.Exp, 0).UTC().Format(time.RFC3339))
 	case now < p.Nbf:
 		return Token{}, fmt.Errorf("%w: until %s", ErrTokenNotYetValid, time.Unix(p.Nbf, 0).UTC().Format(time.RFC3339))
+	case p.Iat-now > int64(k.skew/time.Second)+1 || p.issuedNS()-nowT.UnixNano() > int64(k.skew):
+		// (The first test keeps the second's arithmetic from overflowing.)
+		return Token{}, fmt.Errorf("%w: issued at %s, more than %v ahead of this server's clock", ErrTokenIssuedInFuture,
+			time.Unix(p.Iat, 0).UTC().Format(time.RFC3339), k.skew)
 	}
 	k.revMu.RLock()
 	at, revoked := k.revoked[p.Sub]
 	k.revMu.RUnlock()
-	if revoked && p.issuedNS() <= at {
+	if revoked && k.revokedBy(p, at) {
 		return Token{}, fmt.Errorf("%w: issued before the principal's access was revoked", ErrTokenRevoked)
 	}
 	return p.token(kid), nil
+}
+
+// revokedBy reports whether the revocation at (Unix ns) covers the token:
+// one signed by a keyring that had recorded it (rev at or after it) is
+// not covered, whatever its issue time; any other is covered if it was
+// issued at most ClockSkew after the revocation. Tokens further ahead than
+// that are refused anyway (ErrTokenIssuedInFuture) until the clock
+// reaches them, and by then their issue time says they came after the
+// revocation, up to the clock difference ClockSkew tolerates. So a
+// revocation made now covers every token that may still be accepted and
+// was signed without knowing of it, including one minted a moment before
+// it by a node whose clock runs ahead.
+func (k *Keyring) revokedBy(p *payload, at int64) bool {
+	return p.Rev < at && p.issuedNS() <= at+int64(k.skew)
 }
 
 // VerifyToken implements core.TokenVerifier: it parses tok and returns its
@@ -303,9 +353,12 @@ func (k *Keyring) VerifyToken(_ context.Context, tok string) (Principal, time.Ti
 }
 
 // RevokePrincipal refuses, from now on, every token issued to the principal
-// with this id up to now (ErrTokenRevoked); tokens issued afterwards, even
-// a nanosecond later, are accepted, so stop issuing them first if the
-// principal is to stay out. core's Engine.Revoke calls it. The keyring
+// with this id up to now (ErrTokenRevoked), and those issued up to
+// ClockSkew later by a keyring that had not recorded the revocation (a
+// node whose clock runs ahead, or that had not heard of it yet). Tokens
+// signed afterwards by this keyring, or by another that applied the
+// revocation, are accepted at once, even a nanosecond later, so stop
+// issuing them first if the principal is to stay out. core's Engine.Revoke calls it. The keyring
 // remembers a revocation for MaxLifetime, after which every token it covered
 // has expired anyway.
 //
@@ -327,17 +380,20 @@ func (k *Keyring) RevokePrincipal(id string) {
 }
 
 // RevokePrincipalAt refuses every token issued to the principal with this id
-// at or before at (zero: now), and returns the time recorded. A later
-// revocation of the same principal replaces an earlier one; an earlier one
-// is ignored. Tokens this keyring mints afterwards are issued after at. It
-// does not call the OnRevoke functions: it is how a revocation made on
-// another node is applied.
+// at or before at (zero: now), and those issued up to ClockSkew after it by
+// a keyring that had not recorded the revocation; it returns the time
+// recorded. A later revocation of the same principal replaces an earlier
+// one; an earlier one is ignored. Tokens this keyring signs afterwards
+// record it and are not covered. It does not call the OnRevoke functions:
+// it is how a revocation made on another node is applied.
 func (k *Keyring) RevokePrincipalAt(id string, at time.Time) time.Time {
 	at = k.stamp(at)
 	ns := at.UnixNano()
 	k.revMu.Lock()
 	defer k.revMu.Unlock()
-	horizon := k.now().Add(-k.maxLifetime).UnixNano()
+	// A revocation covers tokens issued up to ClockSkew after it, which
+	// have all expired MaxLifetime later.
+	horizon := k.now().Add(-k.maxLifetime - k.skew).UnixNano()
 	for p, t := range k.revoked {
 		if t < horizon {
 			delete(k.revoked, p)
@@ -364,27 +420,21 @@ func (k *Keyring) OnRevoke(fn func(principalID string, at time.Time)) (cancel fu
 	}
 }
 
-// stamp returns a time for an issue or a revocation: at (zero: now), moved
-// just after the latest time stamp handed out before if it is not after it.
-// Issue and revocation times of one keyring so never collide, whatever the
-// clock's resolution (a fake clock that stands still included). A given at
-// that lies behind is kept as it is: a revocation applied from elsewhere
-// keeps its time.
+// stamp returns a time for an issue or a revocation made here: now, moved
+// just after the latest time stamp handed out before if it is not after it,
+// so that the issue and revocation times of one keyring never collide,
+// whatever the clock's resolution (a fake clock that stands still
+// included). A given at (a revocation applied from elsewhere) is returned
+// as it is and moves nothing: a node whose clock runs ahead must not push
+// this keyring's issue times into the future.
 func (k *Keyring) stamp(at time.Time) time.Time {
-	given := !at.IsZero()
-	if !given {
-		at = k.now()
+	if !at.IsZero() {
+		return at
 	}
-	ns := at.UnixNano()
+	ns := k.now().UnixNano()
 	for {
 		last := k.last.Load()
-		next := ns
-		if !given && next <= last {
-			next = last + 1
-		}
-		if next <= last {
-			return at
-		}
+		next := max(ns, last+1)
 		if k.last.CompareAndSwap(last, next) {
 			return time.Unix(0, next)
 		}

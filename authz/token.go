@@ -22,8 +22,9 @@ import (
 //	tide1.<key id>.<base64url(payload JSON)>.<base64url(HMAC-SHA256)>
 //
 // where the MAC covers everything before its dot. Times are whole seconds,
-// except the issue time, which also travels in nanoseconds (so a token
-// minted just after a revocation is told apart from the tokens it revoked).
+// except the issue time, which also travels in nanoseconds, and the latest
+// revocation of the principal the signer knew of (so a token minted just
+// after a revocation is told apart from the tokens it revoked).
 // The payload is signed, not encrypted: the claims are readable by whoever
 // holds the token, so do not put secrets in them.
 type Token struct {
@@ -54,6 +55,10 @@ type payload struct {
 	IatNS  int64          `json:"iat_ns,omitempty"` // the issue time in Unix nanoseconds; iat is its second
 	Nbf    int64          `json:"nbf,omitempty"`
 	Exp    int64          `json:"exp"`
+	// Rev is the latest revocation of Sub, Unix ns, the signing keyring
+	// had recorded: that revocation and the earlier ones do not cover the
+	// token (see Keyring.revokedBy). 0: none.
+	Rev int64 `json:"rev,omitempty"`
 }
 
 // encodeToken signs p with key and returns the token.
@@ -135,8 +140,8 @@ func (p *payload) check() error {
 		return fmt.Errorf("%w: no subject", ErrTokenMalformed)
 	case len(p.Sub) > maxSubjectLen || !printable(p.Sub):
 		return fmt.Errorf("%w: the subject is longer than %d bytes or not printable UTF-8", ErrTokenMalformed, maxSubjectLen)
-	case p.Iat <= 0 || p.Exp <= 0 || p.Nbf < 0:
-		return fmt.Errorf("%w: iat and exp are required", ErrTokenMalformed)
+	case p.Iat <= 0 || p.Exp <= 0 || p.Nbf < 0 || p.Rev < 0:
+		return fmt.Errorf("%w: iat and exp are required, nbf and rev are not negative", ErrTokenMalformed)
 	case p.Exp <= p.Iat || (p.Nbf != 0 && p.Exp <= p.Nbf):
 		return fmt.Errorf("%w: exp must be after iat and nbf", ErrTokenMalformed)
 	case p.IatNS != 0 && floorDiv(p.IatNS, int64(time.Second)) != p.Iat:

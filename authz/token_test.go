@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -400,6 +401,7 @@ func FuzzParseToken(f *testing.F) {
 	known := map[authz.TokenCode]bool{
 		authz.CodeTokenMalformed: true, authz.CodeTokenTooLarge: true, authz.CodeTokenUnknownKey: true,
 		authz.CodeTokenSignature: true, authz.CodeTokenExpired: true, authz.CodeTokenNotYetValid: true,
+		authz.CodeTokenFromFuture: true,
 	}
 	f.Fuzz(func(t *testing.T, tok string) {
 		got, err := kr.Parse(tok)
@@ -411,11 +413,182 @@ func FuzzParseToken(f *testing.F) {
 		}
 		// Accepted: it must be the keyring's own signature over the same
 		// payload, and its content must pass the rules Sign enforces.
-		if got.Principal.ID == "" || !got.Expiry.After(got.IssuedAt) || !clk.Now().Before(got.Expiry) {
+		if got.Principal.ID == "" || !got.Expiry.After(got.IssuedAt) || !clk.Now().Before(got.Expiry) ||
+			got.IssuedAt.Sub(clk.Now()) > authz.DefaultClockSkew {
 			t.Fatalf("accepted an invalid token: %+v", got)
 		}
 		if !strings.HasPrefix(tok, "tide1."+got.KeyID+".") {
 			t.Fatalf("key id %q not in %q", got.KeyID, tok)
 		}
 	})
+}
+
+// TestTokenIssuedInFuture: a token whose issue time is more than the
+// keyring's ClockSkew ahead of its clock is refused with token_from_future;
+// up to ClockSkew ahead (a signing node whose clock runs a little fast) it
+// is accepted. Sign refuses to make one.
+func TestTokenIssuedInFuture(t *testing.T) {
+	key := testKey("k1", 1)
+	alice := authz.Principal{ID: "alice"}
+	cases := []struct {
+		name   string
+		skew   time.Duration // the verifier's ClockSkew; 0: the default
+		ahead  time.Duration // how far the signer's clock is ahead
+		legacy bool          // the token has no iat_ns
+		want   authz.TokenCode
+	}{
+		{name: "same clock", want: ""},
+		{name: "signer behind", ahead: -30 * time.Second, want: ""},
+		{name: "30 s ahead", ahead: 30 * time.Second, want: ""},
+		{name: "exactly the skew ahead", ahead: authz.DefaultClockSkew, want: ""},
+		{name: "1 ms past the skew", ahead: authz.DefaultClockSkew + time.Millisecond, want: authz.CodeTokenFromFuture},
+		{name: "an hour ahead", ahead: time.Hour, want: authz.CodeTokenFromFuture},
+		{name: "a year ahead", ahead: 365 * 24 * time.Hour, want: authz.CodeTokenFromFuture},
+		{name: "legacy, 2 s past the skew", ahead: authz.DefaultClockSkew + 2*time.Second, legacy: true, want: authz.CodeTokenFromFuture},
+		{name: "legacy, within the skew", ahead: 30 * time.Second, legacy: true, want: ""},
+		{name: "5 s skew, 5 s ahead", skew: 5 * time.Second, ahead: 5 * time.Second, want: ""},
+		{name: "5 s skew, 6 s ahead", skew: 5 * time.Second, ahead: 6 * time.Second, want: authz.CodeTokenFromFuture},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			kr, err := authz.NewKeyring(authz.KeyringConfig{Current: key, Now: clk.Now, ClockSkew: tc.skew})
+			if err != nil {
+				t.Fatal(err)
+			}
+			signerClock := newClock()
+			signerClock.Advance(tc.ahead)
+			signer := newKeyring(t, signerClock, key)
+			tok, _, err := signer.Mint(alice, 10*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.legacy {
+				tok = resign(t, key, tok, func(m map[string]any) { delete(m, "iat_ns") })
+			}
+			_, err = kr.Parse(tok)
+			if got := codeOf(err); got != tc.want {
+				t.Fatalf("Parse: %v (code %q), want code %q", err, got, tc.want)
+			}
+			if tc.want != "" && !errors.Is(err, authz.ErrUnauthenticated) {
+				t.Fatalf("%v does not wrap ErrUnauthenticated", err)
+			}
+			// Once the verifier's clock has caught up, it is accepted.
+			clk.Advance(tc.ahead)
+			if _, err := kr.Parse(tok); err != nil {
+				t.Fatalf("after the clock caught up: %v", err)
+			}
+		})
+	}
+	kr := newKeyring(t, newClock(), key)
+	now := newClock().Now()
+	if _, err := kr.Sign(authz.Token{Principal: alice, IssuedAt: now.Add(2 * time.Minute), Expiry: now.Add(time.Hour)}); err == nil {
+		t.Fatal("Sign made a token issued 2 minutes ahead")
+	}
+	if _, err := authz.NewKeyring(authz.KeyringConfig{Current: key, ClockSkew: -time.Second}); err == nil {
+		t.Fatal("a negative ClockSkew was accepted")
+	}
+}
+
+// TestRevocationCoversClockSkew: a revocation covers the tokens minted
+// before it by a node whose clock runs ahead (within ClockSkew), and those
+// minted after it by a node that had not yet applied it; a token minted by
+// a keyring that has applied it is accepted at once, and one issued after
+// the revocation's time plus ClockSkew is accepted anyway.
+func TestRevocationCoversClockSkew(t *testing.T) {
+	key := testKey("k1", 1)
+	alice := authz.Principal{ID: "alice"}
+	cases := []struct {
+		name    string
+		ahead   time.Duration // the signer's clock, ahead of the verifier's
+		after   bool          // the signer mints after the revocation
+		applied bool          // the signer had applied the revocation
+		later   time.Duration // how long after the revocation the signer mints
+		want    authz.TokenCode
+	}{
+		{name: "before, same clock", want: authz.CodeTokenRevoked},
+		{name: "before, signer 30 s ahead", ahead: 30 * time.Second, want: authz.CodeTokenRevoked},
+		{name: "before, signer a skew ahead", ahead: authz.DefaultClockSkew, want: authz.CodeTokenRevoked},
+		{name: "before, signer behind", ahead: -30 * time.Second, want: authz.CodeTokenRevoked},
+		{name: "after, applied, same clock", after: true, applied: true, want: ""},
+		{name: "after, applied, signer 30 s ahead", ahead: 30 * time.Second, after: true, applied: true, want: ""},
+		{name: "after, applied, signer behind", ahead: -30 * time.Second, after: true, applied: true, want: ""},
+		{name: "after, not yet applied", after: true, later: time.Second, want: authz.CodeTokenRevoked},
+		{name: "after, not applied, past the skew", after: true, later: authz.DefaultClockSkew + time.Second, want: ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			kr := newKeyring(t, clk, key)
+			signerClock := newClock()
+			signerClock.Advance(tc.ahead)
+			signer := newKeyring(t, signerClock, key)
+			var tok string
+			mint := func() {
+				var err error
+				if tok, _, err = signer.Mint(alice, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !tc.after {
+				mint()
+			}
+			at := kr.RevokePrincipalAt("alice", time.Time{})
+			if tc.applied {
+				signer.RevokePrincipalAt("alice", at)
+			}
+			clk.Advance(tc.later)
+			signerClock.Advance(tc.later)
+			if tc.after {
+				mint()
+			}
+			_, err := kr.Parse(tok)
+			if got := codeOf(err); got != tc.want {
+				t.Fatalf("Parse: %v (code %q), want code %q", err, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRevocationCoversEveryAcceptableToken: seeded, randomized. Signers
+// whose clocks are within ClockSkew of the verifier's mint tokens before a
+// revocation; however long after it the verifier checks them, none is ever
+// accepted. Tokens minted by signers that applied the revocation are
+// accepted as long as they are valid.
+func TestRevocationCoversEveryAcceptableToken(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 12))
+	key := testKey("k1", 1)
+	alice := authz.Principal{ID: "alice"}
+	skew := int64(authz.DefaultClockSkew)
+	for i := range 300 {
+		clk := newClock()
+		clk.Advance(time.Duration(rng.Int64N(int64(time.Second))))
+		kr := newKeyring(t, clk, key)
+		signerClock := newClock()
+		signerClock.Advance(clk.Now().Sub(newClock().Now()) + time.Duration(rng.Int64N(2*skew+1)-skew))
+		signer := newKeyring(t, signerClock, key)
+		before, _, err := signer.Mint(alice, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := kr.RevokePrincipalAt("alice", time.Time{})
+		signer.RevokePrincipalAt("alice", at)
+		after, _, err := signer.Mint(alice, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			step := time.Duration(rng.Int64N(int64(20 * time.Minute)))
+			clk.Advance(step)
+			signerClock.Advance(step)
+			if got, err := kr.Parse(before); err == nil {
+				t.Fatalf("case %d (seed %d): a token minted before the revocation was accepted %v after it: %+v", i, seed, clk.Now().Sub(time.Unix(0, at.UnixNano())), got)
+			}
+			if _, err := kr.Parse(after); err != nil && codeOf(err) != authz.CodeTokenExpired && codeOf(err) != authz.CodeTokenFromFuture {
+				t.Fatalf("case %d (seed %d): a token minted after the revocation: %v", i, seed, err)
+			}
+		}
+	}
 }

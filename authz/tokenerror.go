@@ -15,7 +15,8 @@ const (
 	CodeTokenExpired     TokenCode = "token_expired"       // now is at or after its expiry
 	CodeTokenNotYetValid TokenCode = "token_not_yet_valid" // now is before its not-before time
 	CodeTokenRevoked     TokenCode = "token_revoked"       // issued to a principal before its access was revoked
-	CodeScopeNotAllowed  TokenCode = "scope_not_allowed"   // a subscription outside the token's grants
+	CodeTokenFromFuture  TokenCode = "token_from_future"   // its issue time is more than the keyring's ClockSkew ahead of now
+	CodeScopeNotAllowed  TokenCode = "scope_not_allowed"   // a subscription, poll, topic or mutation outside the token's grants
 )
 
 // TokenError is a token refusal with a stable code. It wraps
@@ -49,4 +50,8 @@ var (
 	ErrTokenExpired     = tokenErr(CodeTokenExpired, "token expired")
 	ErrTokenNotYetValid = tokenErr(CodeTokenNotYetValid, "token not yet valid")
 	ErrTokenRevoked     = tokenErr(CodeTokenRevoked, "token revoked")
+	// ErrTokenIssuedInFuture refuses a token whose issue time is more than
+	// the keyring's ClockSkew ahead of its clock: a revocation made now
+	// could not be told to cover it.
+	ErrTokenIssuedInFuture = tokenErr(CodeTokenFromFuture, "token issued in the future")
 )

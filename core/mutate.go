@@ -36,7 +36,11 @@ type Mutator[A any] struct {
 	// these arguments, before it runs. It returns nil to allow, or an
 	// error wrapping authz.ErrUnauthenticated or authz.ErrForbidden (any
 	// other error also refuses, as forbidden). Zero value: every call is
-	// refused (deny by default).
+	// refused (deny by default). Whatever it decides, a principal with
+	// token grants (authz.Principal.Grants) commits only writes inside
+	// them: after Run, every change of the transaction is checked against
+	// the grants, and one outside them refuses the mutation (forbidden,
+	// authz.ErrScopeNotAllowed) with nothing committed.
 	Authorize func(ctx context.Context, p authz.Principal, args A) error
 	// Run performs the write through tx: with the typed tables
 	// (Table.UpsertTx, Table.DeleteTx), and on Postgres with any SQL
@@ -163,6 +167,55 @@ func (tx *Tx) apply(ctx context.Context, r *resource, muts []feed.Mutation) erro
 	return nil
 }
 
+// outsideGrants refuses a mutation that wrote outside its principal's
+// token grants; err wraps authz.ErrScopeNotAllowed.
+type outsideGrants struct{ err error }
+
+func (o outsideGrants) Error() string { return o.err.Error() }
+func (o outsideGrants) Unwrap() error { return o.err }
+
+// checkWriteGrants refuses, with outsideGrants, a mutation of a principal
+// with grants that wrote a change no grant covers: each change the
+// transaction wrote (feed.WriteLister: through the typed tables or any SQL
+// on a captured table, a delete with the deleted row's scope, a move as
+// its delete in the old scope and upsert in the new) must be inside one
+// grant, its scope values taken as single-value conditions, as
+// authz.CheckGrants decides for a subscription. A principal without grants
+// is not checked, and costs nothing. A feed whose transaction cannot list
+// its writes cannot run the mutations of a principal with grants (fail
+// closed), nor can a change of a resource this engine does not declare (it
+// cannot name the change's scope columns).
+func (e *Engine) checkWriteGrants(ctx context.Context, p authz.Principal, ftx feed.Tx) error {
+	if len(p.Grants) == 0 {
+		return nil
+	}
+	wl, ok := ftx.(feed.WriteLister)
+	if !ok {
+		return outsideGrants{fmt.Errorf("%w: this server's change feed cannot list a mutation's writes, so a principal restricted to scopes may not mutate", authz.ErrScopeNotAllowed)}
+	}
+	written, err := wl.Written(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range written {
+		r := e.resource(w.Resource)
+		if r == nil || len(w.Scope) != len(r.schema.Scope) {
+			return outsideGrants{fmt.Errorf("%w: the mutation writes %s, which this server does not declare as it was written", authz.ErrScopeNotAllowed, protocol.Truncate(w.Resource, 64))}
+		}
+		conds := make(map[string][]string, len(w.Scope))
+		for i, v := range w.Scope {
+			if w.Null != nil && w.Null[i] {
+				continue // no value: inside no grant that names the column
+			}
+			conds[r.schema.ScopeColumn(i).Name] = []string{v}
+		}
+		if err := authz.CheckGrants(authz.Request{Principal: p, Resource: w.Resource, Conditions: conds}); err != nil {
+			return outsideGrants{fmt.Errorf("%w: the mutation writes %s outside the token's scopes", authz.ErrScopeNotAllowed, w.Resource)}
+		}
+	}
+	return nil
+}
+
 // failed is a mutator's own error, told apart from the feed's.
 type failed struct{ err error }
 
@@ -238,11 +291,20 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 		if err := runMutator(ctx, m, tx, args); err != nil {
 			return nil, failed{err}
 		}
+		if err := e.checkWriteGrants(ctx, p, ftx); err != nil {
+			return nil, err
+		}
 		return tx.entries, nil
 	})
 	var mf failed
+	var out outsideGrants
 	switch {
 	case err == nil:
+	case errors.As(err, &out):
+		// Nothing committed, no key recorded: the same mutation sent once
+		// the token allows it runs.
+		return nil, 0, presentedf(protocol.CodeForbidden, "this change is outside what your access allows",
+			"%s.%s: %v", r.schema.Name, f.Name, out.err)
 	case errors.Is(err, feed.ErrKeyExpired):
 		return nil, 0, protocol.Errorf(protocol.CodeKeyExpired, "%v", err)
 	case errors.Is(err, feed.ErrTransient):

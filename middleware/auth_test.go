@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -291,5 +292,68 @@ func TestTokenHandlerGrants(t *testing.T) {
 	tok, err := kr.Parse(tr.Token)
 	if err != nil || tok.Principal.ID != "bob" || len(tok.Principal.Grants) != 1 || tok.Principal.Grants[0].Resource != "todos" {
 		t.Fatalf("%+v %v", tok, err)
+	}
+}
+
+// TestTokenHandlerClaims: WithTokenClaims replaces the claims a token
+// carries (nil: none) and may refuse with 403; the grants hook still sees
+// the session's full claims; without it a token carries them all.
+func TestTokenHandlerClaims(t *testing.T) {
+	kr, _ := authz.NewKeyring(authz.KeyringConfig{Current: authz.Key{ID: "k", Secret: bytes.Repeat([]byte{9}, 32)}})
+	var grantsSaw []string
+	grants := middleware.WithTokenGrants(func(r *http.Request, p authz.Principal) ([]authz.Grant, error) {
+		grantsSaw = p.Strings("projects")
+		return nil, nil
+	})
+	cases := []struct {
+		name   string
+		claims middleware.ClaimsFunc // nil: no WithTokenClaims
+		status int
+		want   string // the token's claims as JSON
+	}{
+		{"all claims by default", nil, http.StatusOK, `{"projects":["p7"]}`},
+		{"narrowed", func(*http.Request, authz.Principal) (map[string]any, error) {
+			return map[string]any{"role": "viewer"}, nil
+		}, http.StatusOK, `{"role":"viewer"}`},
+		{"none", func(*http.Request, authz.Principal) (map[string]any, error) { return nil, nil }, http.StatusOK, `null`},
+		{"refused", func(*http.Request, authz.Principal) (map[string]any, error) {
+			return nil, errors.New("no share links for this user")
+		}, http.StatusForbidden, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []middleware.Option{middleware.WithPrincipal(sessionPrincipal), grants}
+			if tc.claims != nil {
+				opts = append(opts, middleware.WithTokenClaims(tc.claims))
+			}
+			grantsSaw = nil
+			req := httptest.NewRequest(http.MethodPost, "/anywhere", nil)
+			req.Header.Set("Cookie", "session=bob")
+			rec := httptest.NewRecorder()
+			middleware.TokenHandler(kr, opts...).ServeHTTP(rec, req)
+			if rec.Code != tc.status {
+				t.Fatalf("%d %s", rec.Code, rec.Body)
+			}
+			if len(grantsSaw) != 1 || grantsSaw[0] != "p7" {
+				t.Fatalf("the grants hook saw projects %v", grantsSaw)
+			}
+			if tc.status != http.StatusOK {
+				if !strings.Contains(rec.Body.String(), "no share links") {
+					t.Fatalf("body %s", rec.Body)
+				}
+				return
+			}
+			var tr middleware.TokenResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &tr); err != nil {
+				t.Fatal(err)
+			}
+			tok, err := kr.Parse(tr.Token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := json.Marshal(tok.Principal.Claims); string(got) != tc.want || tok.Principal.ID != "bob" {
+				t.Fatalf("token %s claims %s, want %s", tok.Principal.ID, got, tc.want)
+			}
+		})
 	}
 }

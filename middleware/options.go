@@ -26,6 +26,7 @@ type options struct {
 	keyring        *authz.Keyring  // non-nil: serve the token endpoint
 	tokenTTL       time.Duration
 	tokenGrants    GrantsFunc
+	tokenClaims    ClaimsFunc
 	status         *statusPage // non-nil: serve <prefix>/status (status.go)
 }
 
@@ -120,3 +121,16 @@ type GrantsFunc func(r *http.Request, p authz.Principal) ([]authz.Grant, error)
 // WithTokenGrants restricts the tokens the token endpoint mints (see
 // GrantsFunc). Zero value: tokens carry no grants.
 func WithTokenGrants(fn GrantsFunc) Option { return func(o *options) { o.tokenGrants = fn } }
+
+// ClaimsFunc returns the claims a minted token carries, for the request and
+// its principal (the session's, with all its claims), in place of the
+// principal's own claims; nil or empty carries none. An error refuses the
+// request with 403.
+type ClaimsFunc func(r *http.Request, p authz.Principal) (map[string]any, error)
+
+// WithTokenClaims narrows the claims of the tokens the token endpoint mints
+// (see ClaimsFunc). A token is signed, not encrypted: whoever holds it can
+// read its claims and grants, so a token given to someone else (a share
+// link) should carry only the claims its grants' policies read. Zero
+// value: tokens carry all the principal's claims.
+func WithTokenClaims(fn ClaimsFunc) Option { return func(o *options) { o.tokenClaims = fn } }

@@ -29,7 +29,11 @@ type TokenResponse struct {
 // fetched by a link; the origin check of WithAllowedOrigins applies (403
 // "forbidden"). An anonymous caller gets 401 with an error frame whose code
 // is "unauthenticated". Options used: WithPrincipal, WithAllowedOrigins,
-// WithCheckOrigin, WithTokenTTL, WithTokenGrants.
+// WithCheckOrigin, WithTokenTTL, WithTokenGrants, WithTokenClaims.
+//
+// A token carries the principal's id, claims and grants, signed but not
+// encrypted: whoever holds it can read them. Mount a handler of its own,
+// with WithTokenGrants and WithTokenClaims, to mint tokens to give away.
 func TokenHandler(kr *authz.Keyring, opts ...Option) http.Handler {
 	o := buildOptions(opts)
 	return &tokenHandler{kr: kr, o: &o}
@@ -59,13 +63,23 @@ func (h *tokenHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, &protocol.Error{Code: protocol.CodeUnauthenticated, Message: "log in to get a token"})
 		return
 	}
+	// Both hooks see the session's principal, with all its claims.
+	session := p
 	if h.o.tokenGrants != nil {
-		grants, err := h.o.tokenGrants(r, p)
+		grants, err := h.o.tokenGrants(r, session)
 		if err != nil {
 			writeError(w, http.StatusForbidden, &protocol.Error{Code: protocol.CodeForbidden, Message: err.Error()})
 			return
 		}
 		p.Grants = grants
+	}
+	if h.o.tokenClaims != nil {
+		claims, err := h.o.tokenClaims(r, session)
+		if err != nil {
+			writeError(w, http.StatusForbidden, &protocol.Error{Code: protocol.CodeForbidden, Message: err.Error()})
+			return
+		}
+		p.Claims = claims
 	}
 	tok, t, err := h.kr.Mint(p, h.o.tokenTTL)
 	if errors.Is(err, authz.ErrUnauthenticated) { // revoked a moment ago

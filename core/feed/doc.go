@@ -35,8 +35,10 @@
 //
 // Implement Feed in a package of its own (under core/feed, for one that
 // ships with tide). Implement Writer if the engine may write rows through
-// it (Table.Upsert), Transactor if it can run server mutators, and
-// CaptureChecker if a declaration can be left uncaptured. Then run the
+// it (Table.Upsert), Transactor if it can run server mutators (and
+// WriteLister on its Tx, or principals with token grants may not run
+// them), and CaptureChecker if a declaration can be left uncaptured. Then
+// run the
 // conformance suite from the package's tests, with a Harness that makes a
 // fresh, empty feed per case and prunes it on request:
 //

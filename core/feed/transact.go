@@ -51,6 +51,33 @@ type Tx interface {
 	Apply(ctx context.Context, muts ...Mutation) error
 }
 
+// Written is one change a transaction has written so far: its resource,
+// its op, and the canonical text of the row's scope values in Schema.Scope
+// order (for a delete, the deleted row's). A row moved between scopes is
+// two changes, the delete in the old scope and the upsert in the new.
+type Written struct {
+	Resource string // Schema.Name
+	Op       Op
+	Scope    []string // canonical text of the scope values; "" where Null says NULL
+	// Null, when not nil, marks the scope values that are SQL NULL (a row
+	// written with raw SQL may hold one): Scope's text there is "" and
+	// stands for no value at all.
+	Null []bool
+}
+
+// WriteLister is implemented by a Tx that can list the changes written
+// through it so far, whichever way they were written: with Apply, and on
+// Postgres with any SQL on the transaction, every row of a captured table
+// included. core checks a mutation against the token grants of its
+// principal with it before the transaction commits; a Tx without it cannot
+// run the mutations of a principal with grants (they are refused).
+type WriteLister interface {
+	// Written returns the changes of the transaction so far, in no
+	// particular order. It may fail as any statement of the transaction
+	// can; the transaction then cannot commit.
+	Written(ctx context.Context) ([]Written, error)
+}
+
 // ErrKeyExpired means a mutation is older than the feed keeps idempotency
 // keys: it is refused, never run, since it may have been applied already.
 var ErrKeyExpired = errors.New("feed: the mutation is older than the retained idempotency keys")

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/feedtest"
@@ -330,3 +331,39 @@ func BenchmarkSnapshotPage(b *testing.B) {
 }
 
 func TestBroadcaster(t *testing.T) { feedtest.RunBroadcaster(t, memfeed.New(memfeed.Options{})) }
+
+// TestTransactListedWritesHold: a transaction commits only the writes it
+// listed. A row another commit moves between the listing and the commit
+// would make its delete remove the row from a scope nobody checked: the
+// commit fails with feed.ErrTransient instead, nothing is applied and the
+// key is not recorded.
+func TestTransactListedWritesHold(t *testing.T) {
+	ctx := context.Background()
+	f := memfeed.New(memfeed.Options{})
+	if err := f.Apply(ctx, "", upsert("a", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	id := feed.MutationID{Principal: "p", Origin: "o", Key: "k", At: time.Now()}
+	_, _, err := f.Transact(ctx, id, func(ctx context.Context, tx feed.Tx) ([]byte, error) {
+		if err := tx.Apply(ctx, feed.Mutation{Schema: items, Op: feed.OpDelete, Key: "a"}); err != nil {
+			return nil, err
+		}
+		w, err := tx.(feed.WriteLister).Written(ctx)
+		if err != nil || len(w) != 1 || w[0].Scope[0] != "t1" {
+			t.Fatalf("Written: %+v %v", w, err)
+		}
+		// Another writer moves the row meanwhile.
+		return nil, f.Apply(ctx, "", upsert("a", "t2"))
+	})
+	if !errors.Is(err, feed.ErrTransient) {
+		t.Fatalf("Transact: %v, want ErrTransient", err)
+	}
+	head, _ := f.Head(ctx)
+	if head != 3 { // the first upsert, the move's delete and upsert
+		t.Fatalf("head %d: the transaction's delete was applied", head)
+	}
+	ran := false
+	if _, replayed, err := f.Transact(ctx, id, func(context.Context, feed.Tx) ([]byte, error) { ran = true; return nil, nil }); err != nil || replayed || !ran {
+		t.Fatalf("the key was recorded: ran %v, replayed %v, %v", ran, replayed, err)
+	}
+}

@@ -39,8 +39,73 @@ func newKeyring(retention time.Duration) keyring {
 // tx buffers a mutator's writes; they are applied, all at once, when the
 // mutator returns nil.
 type tx struct {
+	f    *Feed
 	muts []feed.Mutation
 	done bool
+
+	// listed is what Written last returned, for the first listedN
+	// mutations: the commit checks that they still write exactly that.
+	listed  []feed.Written
+	listedN int
+}
+
+var _ feed.WriteLister = (*tx)(nil)
+
+// Written implements feed.WriteLister: the changes the buffered mutations
+// would make if they committed now. A row deleted or moved by another
+// commit in between would make them write something else: the commit then
+// fails (feed.ErrTransient) rather than apply writes nobody listed.
+func (t *tx) Written(ctx context.Context) ([]feed.Written, error) {
+	if t.done {
+		return nil, fmt.Errorf("memfeed: Tx used after its mutator returned")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t.f.mu.RLock()
+	w := t.f.writtenLocked(t.muts)
+	t.f.mu.RUnlock()
+	t.listed, t.listedN = w, len(t.muts)
+	return slices.Clone(w), nil
+}
+
+// writtenLocked returns the changes muts would write on the current
+// tables, as apply makes them. The caller holds f.mu.
+func (f *Feed) writtenLocked(muts []feed.Mutation) []feed.Written {
+	type rowKey struct{ res, key string }
+	now := map[rowKey][]string{} // the scope of rows muts wrote; nil: deleted
+	var out []feed.Written
+	for _, m := range muts {
+		k := rowKey{m.Schema.Name, m.Key}
+		old, seen := now[k]
+		if !seen {
+			if r := f.tables[k.res][k.key]; r != nil {
+				old = r.scope
+			}
+		}
+		switch m.Op {
+		case feed.OpUpsert:
+			if old != nil && !slices.Equal(old, m.Scope) {
+				out = append(out, feed.Written{Resource: k.res, Op: feed.OpDelete, Scope: old})
+			}
+			out = append(out, feed.Written{Resource: k.res, Op: feed.OpUpsert, Scope: m.Scope})
+			now[k] = m.Scope
+		case feed.OpDelete:
+			if old != nil {
+				out = append(out, feed.Written{Resource: k.res, Op: feed.OpDelete, Scope: old})
+			}
+			now[k] = nil
+		}
+	}
+	return out
+}
+
+// sameWrites reports whether two listings hold the same changes in the
+// same order.
+func sameWrites(a, b []feed.Written) bool {
+	return slices.EqualFunc(a, b, func(x, y feed.Written) bool {
+		return x.Resource == y.Resource && x.Op == y.Op && slices.Equal(x.Scope, y.Scope)
+	})
 }
 
 // Apply validates and buffers muts.
@@ -98,11 +163,11 @@ func (f *Feed) Transact(ctx context.Context, id feed.MutationID, fn func(ctx con
 	k.recs[id] = rec
 	k.mu.Unlock()
 
-	t := &tx{}
+	t := &tx{f: f}
 	result, err := fn(ctx, t)
 	t.done = true
 	if err == nil {
-		err = f.commit(ctx, id.Origin, t.muts)
+		err = f.commit(ctx, id.Origin, t)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -116,14 +181,20 @@ func (f *Feed) Transact(ctx context.Context, id feed.MutationID, fn func(ctx con
 	return result, false, err
 }
 
-// commit applies validated, copied mutations atomically.
-func (f *Feed) commit(ctx context.Context, origin string, muts []feed.Mutation) error {
+// commit applies t's validated, copied mutations atomically, unless what
+// t listed (Written) is no longer what its mutations write.
+func (f *Feed) commit(ctx context.Context, origin string, t *tx) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.applyLocked(origin, muts)
+	if t.listedN > 0 {
+		if !sameWrites(t.listed, f.writtenLocked(t.muts[:t.listedN])) {
+			return fmt.Errorf("%w: a row the mutation writes changed scope after its writes were listed", feed.ErrTransient)
+		}
+	}
+	f.applyLocked(origin, t.muts)
 	return nil
 }
 

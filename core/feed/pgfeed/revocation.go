@@ -20,8 +20,10 @@ const lockClassRevoke = 0x74696476
 
 // MinRevocationAge is the least time Prune keeps a revocation, whatever
 // Options.MaxAge says: the longest token lifetime authz.Keyring accepts by
-// default, after which every token a revocation refused has expired.
-const MinRevocationAge = 24 * time.Hour
+// default plus its default clock skew (a revocation covers tokens issued up
+// to a minute after it), after which every token a revocation refused has
+// expired.
+const MinRevocationAge = 24*time.Hour + time.Minute
 
 // revocationNames are the SQL names of the revocation table and channel.
 type revocationNames struct {

@@ -33,6 +33,55 @@ func (t *Tx) Apply(ctx context.Context, muts ...feed.Mutation) error {
 	return t.f.applyIn(ctx, t.tx, muts)
 }
 
+var _ feed.WriteLister = (*Tx)(nil)
+
+// Written implements feed.WriteLister: the changes the transaction has
+// written so far to the tables this feed captures, through Apply or any
+// SQL, read from tide's outbox. The capture triggers are deferred to the
+// commit, so it first has them fire (SET CONSTRAINTS ALL IMMEDIATE): every
+// deferred constraint of the transaction, the app's own included, is
+// checked at that point instead of at the commit, and one that fails
+// fails this call and the transaction. Writes after it are captured at
+// once, and a later call lists them too. Changes of the moves of a row
+// between scopes are listed as the capture logs them: a delete in the old
+// scope and an upsert in the new.
+func (t *Tx) Written(ctx context.Context) ([]feed.Written, error) {
+	if t.f.opts.brokenCapture {
+		return nil, errors.New("pgfeed: the test capture writes no outbox; its writes cannot be listed")
+	}
+	if _, err := t.tx.Exec(ctx, "SET CONSTRAINTS ALL IMMEDIATE"); err != nil {
+		return nil, err
+	}
+	rows, err := t.tx.Query(ctx, "SELECT resource, op, scope FROM "+t.f.n.outbox+" WHERE xid = pg_catalog.pg_current_xact_id()")
+	if err != nil {
+		return nil, err
+	}
+	var out []feed.Written
+	var scope []*string
+	for rows.Next() {
+		var w feed.Written
+		var op int16
+		if err := rows.Scan(&w.Resource, &op, &scope); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		w.Op = feed.Op(op)
+		w.Scope = make([]string, len(scope))
+		for i, v := range scope {
+			if v == nil {
+				if w.Null == nil {
+					w.Null = make([]bool, len(scope))
+				}
+				w.Null[i] = true
+				continue
+			}
+			w.Scope[i] = *v
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
 // TxOf returns the pgx.Tx of a mutator's transaction (core.Tx.Feed()), or
 // nil when tx is not one of this package's (another feed runs the engine).
 func TxOf(tx feed.Tx) pgx.Tx {
