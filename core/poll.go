@@ -47,7 +47,10 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	if err := e.checkCaptures(ctx, r.targets); err != nil {
 		return nil, err
 	}
-	sp := e.startOf(r)
+	sp, perr := e.startOf(r, p)
+	if perr != nil {
+		return nil, perr
+	}
 	if sp.reset != "" {
 		e.stats.resets.Add(1)
 		e.cfg.Observer.ResetSent(sp.reset)
@@ -93,16 +96,17 @@ func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, r request,
 	if sp.resumed {
 		start = sp.pos
 	}
-	next := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start)}
+	next := e.cursorString(start)
+	seq := sp.seq + 1 // the snapshot's cursors are numbered from 1
 	switch {
 	case pg.read == r.limit && ts.multi():
-		next.Snapshot, next.After = true, multiAfter(t.res.schema.Name, pg.lastKey, true)
+		next = e.snapshotCursor(p, ts, start, seq, multiAfter(t.res.schema.Name, pg.lastKey, true))
 	case pg.read == r.limit:
-		next.Snapshot, next.After = true, pg.lastKey
+		next = e.snapshotCursor(p, ts, start, seq, pg.lastKey)
 	case i+1 < len(ts):
-		next.Snapshot, next.After = true, multiAfter(ts[i+1].res.schema.Name, "", false)
+		next = e.snapshotCursor(p, ts, start, seq, multiAfter(ts[i+1].res.schema.Name, "", false))
 	}
-	return encodePollPage(pg, next.String(), true), nil
+	return encodePollPage(pg, next, true), nil
 }
 
 func encodePollPage(pg page, cursor string, more bool) []byte {
