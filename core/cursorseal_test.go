@@ -427,3 +427,53 @@ func TestForgedCursorsAreRefusedQuietly(t *testing.T) {
 		t.Fatalf("logged at ERROR:\n%s", strings.Join(msgs, "\n"))
 	}
 }
+
+// TestSnapshotCursorPastALongKey: a snapshot cursor past a key too long
+// for a cursor of protocol.MaxCursorLen bytes is still handed out on the
+// WebSocket (the snapshot goes on), and refused with invalid_cursor when
+// sent back, after which a snapshot from no cursor works; a poll's page
+// goes on past such a row, so paging a row at a time does not stand still
+// on it. Keys up to 650 bytes fit.
+func TestSnapshotCursorPastALongKey(t *testing.T) {
+	n := newCursorNode(t, nil)
+	fits, long := "b"+strings.Repeat("x", 649), "d"+strings.Repeat("y", 800)
+	rows := []ownTodo{{"a", "p7", "bob", false}, {fits, "p7", "bob", false}, {"c", "p7", "bob", false}, {long, "p7", "bob", false}, {"e", "p7", "bob", false}}
+	if err := n.tbl.Upsert(context.Background(), rows...); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a", fits, "c", long, "e"}
+
+	keys, cursors := n.pollSnapshot(t, "alice", "", 1, 0)
+	if !slices.Equal(keys, want) {
+		t.Fatalf("polled %d keys %.20q, want %d", len(keys), keys, len(want))
+	}
+	for _, c := range cursors {
+		if len(c) > protocol.MaxCursorLen {
+			t.Fatalf("a poll handed out a cursor of %d bytes", len(c))
+		}
+	}
+	if len(cursors[1]) > protocol.MaxCursorLen || len(cursors[1]) < 900 {
+		t.Fatalf("the cursor past a key of 650 bytes has %d bytes", len(cursors[1]))
+	}
+
+	c := dialAt(t, n.ws, "alice", "p7", "p8")
+	c.hello()
+	c.Send(protocol.ClientFrame{V: 1, Type: protocol.FrameSubscribe, ID: "s", Resource: "todos", Conditions: rawConds("p7"), Limit: 1})
+	var pastLong string
+	for got := 0; got < len(want); {
+		f := c.Expect(protocol.FrameChanges)
+		if got += len(f.Entries); len(f.Entries) == 1 && f.Entries[0].Key == long {
+			pastLong = f.Cursor
+		}
+	}
+	c.Expect(protocol.FrameCaughtUp)
+	if len(pastLong) <= protocol.MaxCursorLen {
+		t.Fatalf("the cursor past a key of 801 bytes has %d bytes", len(pastLong))
+	}
+	c.SubscribeFrom("r", "todos", project("p7"), pastLong)
+	c.ExpectErrorFor("r", protocol.CodeInvalidCursor)
+	c.Subscribe("again", "todos", project("p7"))
+	if entries, _ := c.Collect("again"); len(entries) != len(want) {
+		t.Fatalf("the snapshot anew has %d rows, want %d", len(entries), len(want))
+	}
+}

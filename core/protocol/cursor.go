@@ -34,9 +34,9 @@ type Cursor struct {
 }
 
 // MaxCursorLen bounds a cursor string so a hostile one costs nothing to reject.
-// A snapshot cursor past a very long row key (beyond about 650 bytes) does
-// not fit: a client that sends it back gets CodeInvalidCursor and starts the
-// snapshot over.
+// Snapshot cursors past row keys of up to 650 bytes always fit; one past a
+// longer key may not, and is then refused with CodeInvalidCursor when sent
+// back (the snapshot starts over). A poll never hands one out.
 const MaxCursorLen = 1024
 
 // ErrBadCursor reports a cursor string that is not one tide produced.
