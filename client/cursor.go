@@ -16,7 +16,9 @@ import "github.com/tidesync/tide/core/protocol"
 //     scope), the server's word wins: a is newer.
 //   - otherwise positions compare first; at the same position a change
 //     cursor is newer than a snapshot cursor (the snapshot comes first),
-//     and of two snapshot cursors the one past the larger key is newer.
+//     and of two snapshot cursors the one with the larger number (Seq) is
+//     newer: the server numbers a snapshot's cursors in the order it hands
+//     them out, and seals where the snapshot stands.
 func newer(a, b string) bool {
 	if a == "" || a == b {
 		return false
@@ -34,7 +36,7 @@ func newer(a, b string) bool {
 	}
 	switch {
 	case ca.Snapshot && cb.Snapshot:
-		return ca.After > cb.After
+		return ca.Seq > cb.Seq
 	case cb.Snapshot:
 		return true // a change cursor at the snapshot's position: the snapshot is done
 	default:

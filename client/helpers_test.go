@@ -598,8 +598,10 @@ const testEpoch = "EpochA"
 
 func cur(pos uint64) string { return protocol.Cursor{Epoch: testEpoch, Pos: pos}.String() }
 
-func snapCur(pos uint64, after string) string {
-	return protocol.Cursor{Epoch: testEpoch, Pos: pos, Snapshot: true, After: after}.String()
+// snapCur is the seq-th snapshot cursor of a snapshot at pos; its sealed
+// place is opaque bytes to a client.
+func snapCur(pos, seq uint64) string {
+	return protocol.Cursor{Epoch: testEpoch, Pos: pos, Snapshot: true, Seq: seq, Sealed: "opaque-sealed-place"}.String()
 }
 
 func changes(id, cursor string, entries ...map[string]any) map[string]any {

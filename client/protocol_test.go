@@ -208,11 +208,11 @@ func TestSnapshotCursorsOrdering(t *testing.T) {
 	fc.handshake(ctx, t)
 	id := fc.nextOf(ctx, t, protocol.FrameSubscribe).ID
 
-	fc.send(t, changes(id, snapCur(5, "a"), up("a")))
-	fc.send(t, changes(id, snapCur(5, "b"), up("b")))
-	fc.send(t, changes(id, snapCur(5, "a"), up("a-again"))) // behind: dropped
-	fc.send(t, changes(id, cur(5), up("a2")))               // replay after the snapshot at the same position
-	fc.send(t, changes(id, snapCur(5, "c"), up("c")))       // a snapshot page after the replay: behind, dropped
+	fc.send(t, changes(id, snapCur(5, 1), up("a")))
+	fc.send(t, changes(id, snapCur(5, 2), up("b")))
+	fc.send(t, changes(id, snapCur(5, 1), up("a-again"))) // behind: dropped
+	fc.send(t, changes(id, cur(5), up("a2")))             // replay after the snapshot at the same position
+	fc.send(t, changes(id, snapCur(5, 3), up("c")))       // a snapshot page after the replay: behind, dropped
 	fc.send(t, caughtUp(id, cur(5)))
 	r.waitCaughtUp(ctx, t, scopeA, cur(5))
 
@@ -490,17 +490,17 @@ func TestResetFrame(t *testing.T) {
 		t.Errorf("mirror kept %v after reset", rec.mirror.Rows())
 	}
 
-	newEpoch := func(p uint64, after string) string {
-		return protocol.Cursor{Epoch: "NewEpoch", Pos: p, Snapshot: after != "", After: after}.String()
+	newEpoch := func(p, seq uint64) string {
+		return protocol.Cursor{Epoch: "NewEpoch", Pos: p, Snapshot: seq != 0, Seq: seq, Sealed: "opaque"}.String()
 	}
-	fc.send(t, changes(s.ID, newEpoch(3, "a"), up("a")))
-	fc.send(t, caughtUp(s.ID, newEpoch(3, "")))
-	r.waitCaughtUp(ctx, t, scopeA, newEpoch(3, ""))
+	fc.send(t, changes(s.ID, newEpoch(3, 1), up("a")))
+	fc.send(t, caughtUp(s.ID, newEpoch(3, 0)))
+	r.waitCaughtUp(ctx, t, scopeA, newEpoch(3, 0))
 	got = rec.all()
 	if len(got) != 3 || got[1].Reset || !slices.Equal(batchKeys(got[1]), []string{"u:a"}) {
 		t.Errorf("after reset:\n%s", describeBatches(got))
 	}
-	if st := r.record(t, scopeA); st.Cursor != newEpoch(3, "") {
+	if st := r.record(t, scopeA); st.Cursor != newEpoch(3, 0) {
 		t.Errorf("cursor after the new snapshot %q", st.Cursor)
 	}
 }
@@ -527,7 +527,7 @@ func TestInvalidCursorResubscribesWithoutOne(t *testing.T) {
 		t.Errorf("stored cursor %q survived invalid_cursor", st.Cursor)
 	}
 	fc.send(t, changes(s1.ID, cur(6), up("stale"))) // the old id is dead
-	fc.send(t, changes(s2.ID, snapCur(1, "a"), up("a")))
+	fc.send(t, changes(s2.ID, snapCur(1, 1), up("a")))
 	got := rec.wait(ctx, t, "the snapshot", func(bs []Batch) bool { return len(bs) > 0 })
 	if !got[0].Reset || hasKey(got, "stale") {
 		t.Errorf("batches:\n%s want the first with Reset, nothing from the old id", describeBatches(got))

@@ -23,17 +23,17 @@ func (s *subscription) catchUp(sp startPoint) error {
 			return err
 		}
 	}
-	snapshot, from, after, hasAfter := sp.snapshot, sp.pos, sp.after, sp.resumed
+	snapshot, from, after, hasAfter, seq := sp.snapshot, sp.pos, sp.after, sp.resumed, sp.seq
 	// Only a client's own cursor is weighed against its scope, once: the
 	// rounds after a snapshot replay what changed while it was read.
 	probe := !snapshot
 	for {
 		if snapshot {
-			start, err := s.sendSnapshot(from, after, hasAfter)
+			start, err := s.sendSnapshot(from, after, hasAfter, seq)
 			if err != nil {
 				return err
 			}
-			from, snapshot, after, hasAfter = start, false, "", false
+			from, snapshot, after, hasAfter, seq = start, false, "", false, 0
 		}
 		hw, err := s.c.e.highWater(s.ctx, from)
 		reason := protocol.ResetCursorExpired
@@ -86,7 +86,10 @@ func (s *subscription) catchUp(sp startPoint) error {
 //
 // As in sendReplay, a goroutine reads and encodes the pages up to
 // replayAhead ahead of the one being sent.
-func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter bool) (feed.Position, error) {
+//
+// seq is the number of the cursor a resumed snapshot resumes from (0 for a
+// new one): the cursors it hands out follow it.
+func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter bool, seq uint64) (feed.Position, error) {
 	e := s.c.e
 	first := !hasAfter
 	ts, i := s.targets, 0
@@ -135,11 +138,12 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 			start, first = r.pg.pos, false
 		}
 		if r.pg.n > 0 {
-			cur := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start), Snapshot: true, After: r.pg.lastKey}
+			place := r.pg.lastKey
 			if ts.multi() {
-				cur.After = multiAfter(r.t.res.schema.Name, r.pg.lastKey, true)
+				place = multiAfter(r.t.res.schema.Name, r.pg.lastKey, true)
 			}
-			if err := s.sendPage(r.pg, cur.String()); err != nil {
+			seq++
+			if err := s.sendPage(r.pg, e.snapshotCursor(s.principal(), ts, start, seq, place)); err != nil {
 				return 0, err
 			}
 		}

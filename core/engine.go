@@ -24,8 +24,9 @@ import (
 type Engine struct {
 	cfg    Config
 	feed   feed.Feed
-	bus    busState // the tailer's source of live changes
-	epoch  string   // the feed's epoch; set by the tailer before ready is closed
+	bus    busState      // the tailer's source of live changes
+	epoch  string        // the feed's epoch; set by the tailer before ready is closed
+	sealer *cursorSealer // seals snapshot cursors (cursorseal.go); set with epoch
 	hub    *hub
 	heads  headBatcher
 	cache  replayCache      // recent changes and shared feed reads, for catch-up

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -25,6 +26,8 @@ import (
 // for a key whose versions were all invisible to it, whether it is live
 // from the start, catches up mid-way (snapshot, then replay) or resumes
 // from a cursor (replay); and every copy converges to the rows it may see.
+// No cursor it is handed, on the WebSocket or by a poll paging a snapshot a
+// row at a time, holds such a key either (decoded any way).
 // Keys "h…" are private to mallory throughout; the others change at random.
 // It holds as well with a feed that records, of each previous version, only
 // the columns the filter declares (FilterColumns), and on the Postgres feed,
@@ -154,12 +157,13 @@ func testHiddenKeys(t *testing.T, seed uint64, backend string, narrow bool) {
 	// visible to the user. Scopes here are p7 or p7+p8, tracked per project.
 	everVisible := map[string]map[string]bool{} // user/project → keys
 	model := map[string]ownTodo{}
+	written := map[string]bool{} // every key written
 	write := func(r ownTodo) {
 		t.Helper()
 		if err := tbl.Upsert(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		model[r.ID] = r
+		model[r.ID], written[r.ID] = r, true
 		for _, u := range users {
 			if visible(u, r) {
 				k := u + "/" + r.ProjectID
@@ -195,12 +199,57 @@ func testHiddenKeys(t *testing.T, seed uint64, backend string, narrow bool) {
 		r.ProjectID = []string{"p7", "p8"}[rng.IntN(2)]
 		return r
 	}
+	// checkCursor fails the test if cursor, handed to u for a scope of
+	// projects ps, holds a key none of whose versions u could see there.
+	checkCursor := func(u string, ps []string, cursor string) {
+		t.Helper()
+		for _, part := range strings.Split(cursor, ".") {
+			for _, enc := range []*base64.Encoding{base64.RawURLEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.StdEncoding} {
+				b, err := enc.DecodeString(part)
+				if err != nil {
+					continue
+				}
+				_, key, _ := strings.Cut(string(b), "\x00") // a subscription of several resources: after the name
+				for _, k := range []string{string(b), key} {
+					seen := false
+					for _, p := range ps {
+						seen = seen || everVisible[u+"/"+p][k]
+					}
+					if written[k] && !seen {
+						t.Fatalf("%s was handed cursor %q for %v, holding %q, whose versions were all invisible to it", u, cursor, ps, k)
+					}
+				}
+			}
+		}
+	}
+	// pollSnapshot pages u's snapshot of p7 a row at a time, as a poller.
+	pollSnapshot := func(u string) {
+		t.Helper()
+		p := authz.Principal{ID: u, Claims: map[string]any{"projects": []string{"p7", "p8"}}}
+		cursor := ""
+		for range 1000 {
+			out, err := e.Poll(ctx, p, core.PollRequest{V: 1, Resource: "todos", Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}, Cursor: cursor, Limit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var f protocol.ServerFrame
+			if err := json.Unmarshal(out, &f); err != nil || f.Type != protocol.FrameChanges {
+				t.Fatalf("poll of %s: %s (%v)", u, out, err)
+			}
+			checkCursor(u, []string{"p7"}, f.Cursor)
+			if cursor = f.Cursor; !f.More || !strings.Contains(cursor, "s.") {
+				return // the snapshot is over: what follows is replay
+			}
+		}
+		t.Fatalf("the snapshot of %s did not end in 1000 polls", u)
+	}
 	const ops = 300
 	for i := range ops {
 		if i == ops/2 {
 			for _, u := range users {
 				start(u, "late", []string{"p7"}, "")
 				start(u, "resumed", []string{"p7"}, subs[slices.IndexFunc(subs, func(s *sub) bool { return s.user == u && s.id == "live" })].cursor)
+				pollSnapshot(u)
 			}
 		}
 		if rng.IntN(5) == 0 && len(model) > 0 {
@@ -243,6 +292,9 @@ func testHiddenKeys(t *testing.T, seed uint64, backend string, narrow bool) {
 		}
 		for !done() {
 			f := c.Next()
+			if s := byID[f.ID]; s != nil && f.Cursor != "" {
+				checkCursor(u, s.projects, f.Cursor)
+			}
 			if f.Type != protocol.FrameChanges {
 				continue
 			}

@@ -56,7 +56,7 @@ func (m *checkedMirror) Apply(ctx context.Context, b client.Batch) error {
 		if err != nil {
 			m.violations = append(m.violations, fmt.Sprintf("unparsable cursor %q", b.Cursor))
 		} else if m.has && cur.Epoch == m.last.Epoch {
-			behind := cur.Pos < m.last.Pos || (cur.Pos == m.last.Pos && m.last.Snapshot && cur.Snapshot && cur.After < m.last.After)
+			behind := cur.Pos < m.last.Pos || (cur.Pos == m.last.Pos && m.last.Snapshot && cur.Snapshot && cur.Seq < m.last.Seq)
 			twice := !b.CaughtUp && len(b.Entries) > 0 && cur.Pos == m.last.Pos && !cur.Snapshot && !m.last.Snapshot
 			if behind || twice {
 				m.violations = append(m.violations, fmt.Sprintf("cursor %s applied after %s", b.Cursor, m.last.String()))

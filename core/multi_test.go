@@ -185,13 +185,14 @@ func TestMultiSnapshotResumeAndReset(t *testing.T) {
 	if entries, _ := c3.Collect("m"); len(entries) != 5 {
 		t.Fatalf("snapshot after reset: %d entries, want 5", len(entries))
 	}
-	// A snapshot cursor naming a resource the subscription lacks.
+	// A forged snapshot cursor, its place naming a resource the
+	// subscription lacks: it does not open.
 	c4 := dial()
 	first, err := protocol.ParseCursor(cursors[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := protocol.Cursor{Epoch: first.Epoch, Snapshot: true, After: "secrets\x00k"}.String()
+	bad := protocol.Cursor{Epoch: first.Epoch, Snapshot: true, Seq: 1, Sealed: "secrets\x00k"}.String()
 	c4.Send(protocol.ClientFrame{V: 1, Type: protocol.FrameSubscribe, ID: "m", Resources: resources, Conditions: raw(p7), Cursor: bad})
 	c4.ExpectErrorFor("m", protocol.CodeInvalidCursor)
 }

@@ -47,7 +47,10 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	if err := e.checkCaptures(ctx, r.targets); err != nil {
 		return nil, err
 	}
-	sp := e.startOf(r)
+	sp, perr := e.startOf(r, p)
+	if perr != nil {
+		return nil, perr
+	}
 	if sp.reset != "" {
 		e.stats.resets.Add(1)
 		e.cfg.Observer.ResetSent(sp.reset)
@@ -73,16 +76,21 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return encodePollPage(pg, e.cursorString(pg.next), !pg.done), nil
+	return encodePollPage(pg.entries(), e.cursorString(pg.next), !pg.done), nil
 }
 
 // pollSnapshot answers a poll with the next snapshot page. A subscription
 // of several resources pages them one after the other, as on a socket; its
-// cursor names the resource the next page is of.
+// cursor says which resource the next page is of.
+//
+// A page whose last row has a key too long for a cursor that fits
+// protocol.MaxCursorLen goes on past it: such a cursor would be refused
+// when sent back, and the poller would start the snapshot over at the same
+// row for ever.
 func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, r request, sp startPoint) ([]byte, error) {
 	ts, i, after, hasAfter := r.targets, 0, sp.after, sp.resumed
 	if ts.multi() && hasAfter {
-		i, after, hasAfter, _ = parseMultiAfter(ts, after) // checked by parseRequest
+		i, after, hasAfter, _ = parseMultiAfter(ts, after) // checked by openSnapshot
 	}
 	t := ts[i]
 	pg, err := e.snapshotPage(ctx, t.res, p, t.scope, after, hasAfter, r.limit, ts.multi())
@@ -93,20 +101,33 @@ func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, r request,
 	if sp.resumed {
 		start = sp.pos
 	}
-	next := protocol.Cursor{Epoch: e.epoch, Pos: uint64(start)}
-	switch {
-	case pg.read == r.limit && ts.multi():
-		next.Snapshot, next.After = true, multiAfter(t.res.schema.Name, pg.lastKey, true)
-	case pg.read == r.limit:
-		next.Snapshot, next.After = true, pg.lastKey
-	case i+1 < len(ts):
-		next.Snapshot, next.After = true, multiAfter(ts[i+1].res.schema.Name, "", false)
+	seq := sp.seq + 1 // the snapshot's cursors are numbered from 1
+	entries := pg.entries()
+	for {
+		next := e.cursorString(start)
+		switch {
+		case pg.read == r.limit && ts.multi():
+			next = e.snapshotCursor(p, ts, start, seq, multiAfter(t.res.schema.Name, pg.lastKey, true))
+		case pg.read == r.limit:
+			next = e.snapshotCursor(p, ts, start, seq, pg.lastKey)
+		case i+1 < len(ts):
+			next = e.snapshotCursor(p, ts, start, seq, multiAfter(ts[i+1].res.schema.Name, "", false))
+		}
+		if len(next) <= protocol.MaxCursorLen || pg.read < r.limit {
+			return encodePollPage(entries, next, true), nil
+		}
+		if pg, err = e.snapshotPage(ctx, t.res, p, t.scope, pg.lastKey, true, r.limit, ts.multi()); err != nil {
+			return nil, err
+		}
+		if len(entries) > 0 && pg.n > 0 {
+			entries = append(entries, ',')
+		}
+		entries = append(entries, pg.entries()...)
 	}
-	return encodePollPage(pg, next.String(), true), nil
 }
 
-func encodePollPage(pg page, cursor string, more bool) []byte {
-	b := protocol.AppendPollStart(make([]byte, 0, len(pg.entries())+128), cursor, more)
-	b = append(b, pg.entries()...)
+func encodePollPage(entries []byte, cursor string, more bool) []byte {
+	b := protocol.AppendPollStart(make([]byte, 0, len(entries)+128), cursor, more)
+	b = append(b, entries...)
 	return protocol.AppendChangesEnd(b)
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 
+	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
 )
@@ -37,7 +38,9 @@ type request struct {
 
 // parseRequest validates a subscribe request: the resources exist, the
 // conditions name scope columns of each with values of their kinds, the
-// cursor is one tide issued and the limit is not negative. Authorization
+// cursor is spelled as tide spells cursors and the limit is not negative.
+// A snapshot cursor's sealed place is opened later (startOf), once the
+// engine knows its feed's key. Authorization
 // comes after, once the request is known to be well-formed. resources, if
 // not empty, lists the resources of a subscription of several (resource is
 // then one of them, or empty).
@@ -52,9 +55,6 @@ func (e *Engine) parseRequest(resource string, resources []string, conds map[str
 		if perr != nil {
 			return request{}, protocol.Errorf(protocol.CodeInvalidCursor, "the cursor is not one this server issued")
 		}
-		if _, _, _, ok := parseMultiAfter(ts, cur.After); cur.Snapshot && ts.multi() && !ok {
-			return request{}, protocol.Errorf(protocol.CodeInvalidCursor, "the cursor is not one of this subscription's resources")
-		}
 		req.cursor, req.hasCursor = cur, true
 	}
 	if limit < 0 {
@@ -68,7 +68,8 @@ func (e *Engine) parseRequest(resource string, resources []string, conds map[str
 type startPoint struct {
 	snapshot bool          // page the scope's current rows first
 	pos      feed.Position // replay after it; for a resumed snapshot, the snapshot's position
-	after    string        // a resumed snapshot: key of the last row delivered
+	after    string        // a resumed snapshot: its opened place (openSnapshot)
+	seq      uint64        // a resumed snapshot: the number of the cursor it resumes from
 	resumed  bool          // a snapshot in progress is resumed (after is meaningful)
 	// reset is set when the cursor belongs to another feed (another
 	// database, or one restored): the client must drop its copy before the
@@ -76,17 +77,22 @@ type startPoint struct {
 	reset protocol.ResetReason
 }
 
-// startOf says where the catch-up of a request begins. The engine must be
-// ready (its epoch known).
-func (e *Engine) startOf(req request) startPoint {
+// startOf says where the catch-up of a request by p begins. The engine
+// must be ready (its epoch and cursor key known). A snapshot cursor that
+// does not open for p and the request's scopes is an invalid cursor.
+func (e *Engine) startOf(req request, p authz.Principal) (startPoint, *protocol.Error) {
 	cur := req.cursor
 	switch {
 	case !req.hasCursor:
-		return startPoint{snapshot: true}
+		return startPoint{snapshot: true}, nil
 	case cur.Epoch != e.epoch:
-		return startPoint{snapshot: true, reset: protocol.ResetEpochChanged}
+		return startPoint{snapshot: true, reset: protocol.ResetEpochChanged}, nil
 	case cur.Snapshot:
-		return startPoint{snapshot: true, pos: feed.Position(cur.Pos), after: cur.After, resumed: true}
+		after, err := e.openSnapshot(p, req.targets, cur)
+		if err != nil {
+			return startPoint{}, err
+		}
+		return startPoint{snapshot: true, pos: feed.Position(cur.Pos), after: after, seq: cur.Seq, resumed: true}, nil
 	}
-	return startPoint{pos: feed.Position(cur.Pos)}
+	return startPoint{pos: feed.Position(cur.Pos)}, nil
 }

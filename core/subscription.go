@@ -96,7 +96,12 @@ func (s *subscription) start(req request) {
 			e.hub.remove(s)
 			return
 		}
-		err = s.catchUp(e.startOf(req))
+		sp, perr := e.startOf(req, s.principal())
+		if perr != nil {
+			err = perr // failSub below ends the subscription, and its place in the hub
+		} else {
+			err = s.catchUp(sp)
+		}
 	}
 	if err != nil && s.ctx.Err() == nil && !errors.Is(err, errConnClosing) {
 		s.c.failSub(s, err)

@@ -21,10 +21,11 @@ func (e *Engine) tailLoop() {
 		if pos, err = e.feed.Head(ctx); err == nil {
 			// A feed may learn its epoch on first contact with its store,
 			// so it is read after Head succeeds.
-			if e.epoch = e.feed.Epoch(); protocol.ValidEpoch(e.epoch) {
+			if e.epoch = e.feed.Epoch(); !protocol.ValidEpoch(e.epoch) {
+				err = fmt.Errorf("feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
+			} else if e.sealer, err = e.cursorSealer(ctx); err == nil {
 				break
 			}
-			err = fmt.Errorf("feed epoch %q is not 1-64 letters, digits, '-' or '_'", e.epoch)
 		}
 		if errors.Is(err, feed.ErrNotInstalled) {
 			if attempt%12 == 0 { // then about once a minute

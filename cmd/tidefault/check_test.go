@@ -106,18 +106,18 @@ func TestCompare(t *testing.T) {
 // scope over, and each scope of each client is followed on its own.
 func TestCursorMonitor(t *testing.T) {
 	c := func(pos uint64) string { return protocol.Cursor{Epoch: "e1", Pos: pos}.String() }
-	snap := func(pos uint64, after string) string {
-		return protocol.Cursor{Epoch: "e1", Pos: pos, Snapshot: true, After: after}.String()
+	snap := func(pos, seq uint64) string {
+		return protocol.Cursor{Epoch: "e1", Pos: pos, Snapshot: true, Seq: seq, Sealed: "opaque"}.String()
 	}
 	for _, tc := range []struct {
 		name  string
 		saves []string
 		want  int
 	}{
-		{"forward", []string{snap(5, "a"), snap(5, "b"), c(5), c(7), c(7), c(9)}, 0},
+		{"forward", []string{snap(5, 1), snap(5, 2), c(5), c(7), c(7), c(9)}, 0},
 		{"earlier position", []string{c(5), c(4)}, 1},
-		{"snapshot after change at the same position", []string{c(5), snap(5, "a")}, 1},
-		{"reset, then a fresh snapshot", []string{c(9), "", snap(3, "a"), c(3)}, 0},
+		{"snapshot after change at the same position", []string{c(5), snap(5, 1)}, 1},
+		{"reset, then a fresh snapshot", []string{c(9), "", snap(3, 1), c(3)}, 0},
 		{"another epoch", []string{c(5), protocol.Cursor{Epoch: "e2", Pos: 9}.String()}, 1},
 		{"malformed", []string{c(5), "nonsense"}, 1},
 	} {

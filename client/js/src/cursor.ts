@@ -1,30 +1,23 @@
 // Cursors (docs/protocol.md, "Cursors"), compared by the Go client's rules
 // (client/cursor.go).
 
-type ParsedCursor = { epoch: string; pos: bigint; snap: boolean; after: string };
+type ParsedCursor = { epoch: string; pos: bigint; snap: boolean; seq: bigint };
 
-function b64urlBytes(s: string): string | null {
-  if (!/^[A-Za-z0-9_-]*$/.test(s) || s.length % 4 === 1) return null;
-  try {
-    return atob(s.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((s.length + 3) % 4));
-  } catch {
-    return null;
-  }
-}
+const decimal = /^(0|[1-9][0-9]*)$/;
 
 function parseCursor(s: string): ParsedCursor | null {
   if (s.length > 1024) return null;
   const p = s.split(".");
   let snap = false;
-  let after = "";
-  if (p[0] === "1s" && p.length === 4) {
-    const k = b64urlBytes(p[3]!);
-    if (k === null) return null;
+  let seq = 0n;
+  if (p[0] === "2s" && p.length === 5) {
+    // A snapshot cursor: its number, then where the snapshot stands, sealed by the server (opaque).
+    if (!decimal.test(p[3]!) || p[3] === "0" || !/^[A-Za-z0-9_-]+$/.test(p[4]!)) return null;
     snap = true;
-    after = k;
+    seq = BigInt(p[3]!);
   } else if (!(p[0] === "1" && p.length === 3)) return null;
-  if (!/^[A-Za-z0-9_-]{1,64}$/.test(p[1]!) || !/^(0|[1-9][0-9]*)$/.test(p[2]!)) return null;
-  return { epoch: p[1]!, pos: BigInt(p[2]!), snap, after };
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(p[1]!) || !decimal.test(p[2]!)) return null;
+  return { epoch: p[1]!, pos: BigInt(p[2]!), snap, seq };
 }
 
 /**
@@ -32,7 +25,8 @@ function parseCursor(s: string): ParsedCursor | null {
  * one): "" is no cursor; an unparsable cursor or another epoch means the
  * server's word wins; else positions compare, then a change cursor beats a
  * snapshot cursor at its position, and snapshot cursors compare by their
- * key, bytewise.
+ * number (the server numbers a snapshot's cursors in the order it hands
+ * them out).
  */
 export function newer(a: string, b: string): boolean {
   if (a === "" || a === b) return false;
@@ -41,6 +35,6 @@ export function newer(a: string, b: string): boolean {
   const cb = parseCursor(b);
   if (!ca || !cb || ca.epoch !== cb.epoch) return true;
   if (ca.pos !== cb.pos) return ca.pos > cb.pos;
-  if (ca.snap && cb.snap) return ca.after > cb.after; // latin1 strings of bytes: bytewise
+  if (ca.snap && cb.snap) return ca.seq > cb.seq;
   return cb.snap && !ca.snap;
 }

@@ -45,9 +45,10 @@ export function pollScope(c: Client, s: Scope) {
       .then(async ({ status, frame, principal }) => {
         // Another session answered: the store is bound to it first (emptied), and the scope polled again from no cursor.
         if (!(await whoami(c, principal))) return void next(0);
-        await (c.chain_ = c.chain_.then(() => apply(c, s, status, frame)));
-        const more = frame.type === "reset" || (frame.type === "changes" && frame.more);
-        if (frame.type !== "error") next(more ? 0 : c.o_.pollInterval);
+        let again = false;
+        await (c.chain_ = c.chain_.then(async () => void (again = await apply(c, s, status, frame))));
+        const more = again || frame.type === "reset" || (frame.type === "changes" && frame.more);
+        if (frame.type !== "error" || again) next(more ? 0 : c.o_.pollInterval);
       })
       .catch((e: Error) => {
         c.error_(e);
@@ -58,21 +59,30 @@ export function pollScope(c: Client, s: Scope) {
   run();
 }
 
-async function apply(c: Client, s: Scope, status: number, frame: ServerFrame) {
+/** Applies one poll's answer; true if the scope is to be polled again at once (from no cursor). */
+async function apply(c: Client, s: Scope, status: number, frame: ServerFrame): Promise<boolean> {
+  if (frame.type === "error" && frame.code === "invalid_cursor") {
+    // A cursor the server cannot resume from (sealed by another deployment, or from an older
+    // server): the snapshot starts over, and replaces the copy when its first page arrives.
+    s.copy_!.cursor = "";
+    return true;
+  }
   if (frame.type === "error") {
     if (FATAL_SUB_CODES.includes(frame.code) || status === 401 || status === 403 || status === 404) {
       await c.refuse_(s, problemOf(frame), true);
-      return c.updateStatus_();
+      c.updateStatus_();
+      return false;
     }
     throw new TideError(frame.code, frame.message, frame.detail);
   }
   c.setStatus_({ state: c.status.s_.state === "error" ? "error" : "catching-up" });
   c.attempt_ = 0;
   await c.applyFrame_(s, frame);
-  if (frame.type === "reset" || (frame.type === "changes" && frame.more)) return;
+  if (frame.type === "reset" || (frame.type === "changes" && frame.more)) return false;
   s.set_("live");
   c.settle_();
   c.updateStatus_();
+  return false;
 }
 
 /** Posts the unanswered mutations in seq order, one at a time, after checking whose session it is; retried after pollInterval on a failure. */

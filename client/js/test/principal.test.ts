@@ -167,3 +167,27 @@ test("polling: the Tide-Principal header binds the store before anything is show
   assert.equal(await store.meta("principal"), "bob");
   cl.close();
 });
+
+test("polling: invalid_cursor drops the stored cursor and polls the snapshot again from none", async () => {
+  const { store } = await alicesStore(); // alice's copy of todos {p: "a"}, at cursor 1.E.1
+  const polls: { [k: string]: unknown }[] = [];
+  const fetch = async (url: string | URL | Request, init?: RequestInit) => {
+    const path = new URL(String(url)).pathname.replace("/tide", "");
+    const body = JSON.parse(String(init?.body)) as { [k: string]: unknown };
+    if (path === "/changes" && body.resource) polls.push(body);
+    const frame =
+      path === "/mutate" ? { v: 1, type: "ack", key: body.key, cursor: "1.E.2", entries: [] }
+      : !body.resource ? { v: 1, type: "error", code: "bad_frame", message: "no resource" }
+      : body.cursor ? { v: 1, type: "error", code: "invalid_cursor", message: "the cursor is not one this server issued for this subscription" }
+      : { v: 1, type: "changes", cursor: "1.E.9", entries: [{ op: "upsert", key: "fresh", row: { id: "fresh", p: "a" } }] };
+    return new Response(JSON.stringify(frame), { status: frame.type === "error" ? 400 : 200, headers: { "Tide-Principal": "alice" } });
+  };
+  const cl = createClient({ url: "http://app.test/tide", store, transport: "poll", fetch: fetch as typeof globalThis.fetch, pollInterval: 60000, minBackoff: 60000, maxBackoff: 60000 });
+  const s = cl.scope("todos", { p: "a" });
+  await until("the snapshot polled from no cursor", () => polls.length >= 2);
+  assert.equal(polls[0]!.cursor, "1.E.1", "the stored cursor is tried first");
+  assert.equal(polls[1]!.cursor, "", "then dropped");
+  await until("the fresh snapshot replaces the copy", () => s.getSnapshot().byKey.has("fresh") && !s.getSnapshot().byKey.has("secret"));
+  await until("stored", async () => (await store.listScopes!())[0]?.cursor === "1.E.9");
+  cl.close();
+});

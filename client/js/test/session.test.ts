@@ -21,7 +21,7 @@ test("session: hello with build and a persisted origin, subscribe, snapshot, cau
   assert.deepEqual(sub.conditions, { project_id: "p7" });
   assert.equal(sub.cursor, undefined);
   const before = notes.length;
-  ws.push({ type: "changes", id: sub.id, cursor: "1s.E.5.dDE", entries: [{ op: "upsert", key: "t1", row: { id: "t1", project_id: "p7" } }, { op: "upsert", key: "t2", row: { id: "t2", project_id: "p7" } }] });
+  ws.push({ type: "changes", id: sub.id, cursor: "2s.E.5.1.c2VhbGVk", entries: [{ op: "upsert", key: "t1", row: { id: "t1", project_id: "p7" } }, { op: "upsert", key: "t2", row: { id: "t2", project_id: "p7" } }] });
   await until("rows", () => scope.getSnapshot().rows.length === 2);
   assert.equal(notes.length - before, 1, "one notification for a batch of two rows");
   ws.push({ type: "caught-up", id: sub.id, cursor: "1.E.5" });
@@ -43,7 +43,7 @@ test("session: hello with build and a persisted origin, subscribe, snapshot, cau
   assert.notEqual(sub2.id, sub.id, "ids are never reused");
   // reset drops the copy; the snapshot that follows starts from empty.
   ws2.push({ type: "reset", id: sub2.id, reason: "epoch_changed" });
-  ws2.push({ type: "changes", id: sub2.id, cursor: "1s.F.1.dDk", entries: [{ op: "upsert", key: "t9", row: { id: "t9", project_id: "p7" } }] });
+  ws2.push({ type: "changes", id: sub2.id, cursor: "2s.F.1.1.c2VhbGVk", entries: [{ op: "upsert", key: "t9", row: { id: "t9", project_id: "p7" } }] });
   await until("after reset", () => scope.getSnapshot().rows.length === 1 && scope.getSnapshot().byKey.has("t9"));
   cl.close();
 });

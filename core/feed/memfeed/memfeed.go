@@ -36,8 +36,9 @@ type Options struct {
 // Feed is an in-memory change feed. It implements feed.Feed and feed.Writer
 // and is safe for concurrent use. Create it with New.
 type Feed struct {
-	epoch string
-	max   int
+	epoch     string
+	cursorKey [feed.CursorKeySize]byte // see CursorKey
+	max       int
 
 	mu     sync.RWMutex
 	head   feed.Position
@@ -59,10 +60,11 @@ type row struct {
 }
 
 var (
-	_ feed.Feed       = (*Feed)(nil)
-	_ feed.Writer     = (*Feed)(nil)
-	_ feed.Transactor = (*Feed)(nil)
-	_ feed.Counter    = (*Feed)(nil)
+	_ feed.Feed        = (*Feed)(nil)
+	_ feed.Writer      = (*Feed)(nil)
+	_ feed.Transactor  = (*Feed)(nil)
+	_ feed.Counter     = (*Feed)(nil)
+	_ feed.CursorKeyer = (*Feed)(nil)
 )
 
 // New returns an empty feed with a fresh random epoch.
@@ -71,13 +73,15 @@ func New(opts Options) *Feed {
 	if limit <= 0 {
 		limit = DefaultMaxChanges
 	}
-	return &Feed{
+	f := &Feed{
 		epoch:  newEpoch(),
 		max:    limit,
 		keys:   newKeyring(opts.KeyRetention),
 		tables: make(map[string]map[string]*row),
 		wake:   make(chan struct{}),
 	}
+	rand.Read(f.cursorKey[:]) // never returns an error (crypto/rand, Go 1.24+)
+	return f
 }
 
 const epochAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"

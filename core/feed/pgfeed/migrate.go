@@ -141,6 +141,19 @@ $tide$`,
 	// the sequencer hands them to its own node's tailers without their
 	// reading the log again.
 	{6, func(n names) []string { return []string{stepRowsFunction(n)} }},
+	// Version 7: the secret that seals snapshot cursors (see CursorKey), 32
+	// bytes drawn by the database from its strong random source
+	// (gen_random_uuid uses pg_strong_random; two of them hold 244 random
+	// bits), so every node of the change log has the same one and none
+	// has to send it.
+	{7, func(n names) []string {
+		return []string{
+			`ALTER TABLE ` + n.meta + ` ADD COLUMN cursor_key bytea`,
+			`UPDATE ` + n.meta + ` SET cursor_key = pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text, '-', ''), 'hex')`,
+			`ALTER TABLE ` + n.meta + ` ALTER COLUMN cursor_key SET NOT NULL,
+  ADD CONSTRAINT meta_cursor_key_size CHECK (pg_catalog.octet_length(cursor_key) = ` + strconv.Itoa(feed.CursorKeySize) + `)`,
+		}
+	}},
 }
 
 // positionBlock is how many positions a durable reservation covers: a

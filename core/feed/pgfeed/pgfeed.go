@@ -139,9 +139,10 @@ type Feed struct {
 	n    names
 	log  *slog.Logger
 
-	epoch    atomic.Pointer[string]
-	plans    sync.Map // *feed.Schema → *plan
-	captured sync.Map // *feed.Schema → struct{}: its capture is installed as declared
+	epoch     atomic.Pointer[string]
+	cursorKey atomic.Pointer[[]byte] // read once (cursorkey.go)
+	plans     sync.Map               // *feed.Schema → *plan
+	captured  sync.Map               // *feed.Schema → struct{}: its capture is installed as declared
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -183,6 +184,7 @@ var (
 	_ feed.Feed           = (*Feed)(nil)
 	_ feed.Writer         = (*Feed)(nil)
 	_ feed.CaptureChecker = (*Feed)(nil)
+	_ feed.CursorKeyer    = (*Feed)(nil)
 )
 
 // New returns a feed reading and writing through pool. It validates opts and
