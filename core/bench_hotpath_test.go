@@ -194,7 +194,7 @@ func BenchmarkRowFilter(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			enc := encodeEntries(&c)
-			if r.entryFor(p, &c, &enc) == nil {
+			if r.entryFor(p, c.Origin, &c, &enc) == nil {
 				b.Fatal("row hidden")
 			}
 		}
@@ -202,7 +202,7 @@ func BenchmarkRowFilter(b *testing.B) {
 	b.Run("per-subscriber", func(b *testing.B) {
 		_, r := hpEngine(b, true)
 		enc := encodeEntries(&c)
-		r.entryFor(p, &c, &enc) // decode once
+		r.entryFor(p, c.Origin, &c, &enc) // decode once
 		ps := make([]authz.Principal, 1000)
 		for i := range ps {
 			ps[i] = hpPrincipal(i)
@@ -210,7 +210,7 @@ func BenchmarkRowFilter(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			if r.entryFor(ps[i%len(ps)], &c, &enc) == nil {
+			if r.entryFor(ps[i%len(ps)], c.Origin, &c, &enc) == nil {
 				b.Fatal("row hidden")
 			}
 			i++
@@ -221,7 +221,7 @@ func BenchmarkRowFilter(b *testing.B) {
 		enc := encodeEntries(&c)
 		b.ReportAllocs()
 		for b.Loop() {
-			if r.entryFor(p, &c, &enc) == nil {
+			if r.entryFor(p, c.Origin, &c, &enc) == nil {
 				b.Fatal("no entry")
 			}
 		}
@@ -259,7 +259,7 @@ func BenchmarkSnapshotEntries(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if pg := snapshotEntries(r, p, sp, "", false); pg.n != len(sp.Rows) {
+				if pg := snapshotEntries(r, p, "", sp, "", false); pg.n != len(sp.Rows) {
 					b.Fatalf("%d entries", pg.n)
 				}
 			}

@@ -150,7 +150,7 @@ func (tx *Tx) apply(ctx context.Context, r *resource, muts []feed.Mutation) erro
 	}
 	for _, m := range muts {
 		c := feed.Change{Resource: r.schema.Name, Op: m.Op, Key: m.Key, Scope: m.Scope, Row: m.Row, Origin: tx.origin}
-		entry := r.see(tx.p, &c, nil, true)
+		entry := r.see(tx.p, tx.origin, &c, nil, true) // the writer's own: with its origin
 		if entry == nil {
 			continue
 		}

@@ -896,9 +896,13 @@ export class Client {
     }
   }
 
-  /** @internal A polling request; principal is the response's Tide-Principal ("" when anonymous). */
-  async post_(path: string, body: unknown, headers: { [k: string]: string } = {}): Promise<{ status: number; frame: ServerFrame; principal: string }> {
-    const res = await (this.o_.fetch ?? fetch)(this.base_ + path, { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json", ...headers }, body: JSON.stringify(body) });
+  /**
+   * @internal A polling request; principal is the response's Tide-Principal ("" when anonymous). Every request names the
+   * device's origin: a mutation is scoped and tagged by it, and a poll gets the origin only on the entries this device wrote.
+   */
+  async post_(path: string, body: unknown): Promise<{ status: number; frame: ServerFrame; principal: string }> {
+    const headers = { "Content-Type": "application/json", "Tide-Origin": this.origin_ };
+    const res = await (this.o_.fetch ?? fetch)(this.base_ + path, { method: "POST", credentials: "same-origin", headers, body: JSON.stringify(body) });
     return { status: res.status, principal: res.headers.get("Tide-Principal") ?? "", frame: decodeServerFrame(await res.text()) };
   }
 }
