@@ -182,7 +182,8 @@ export class Client {
 
   /** @internal */ async start_(storeP: Promise<Store>) {
     const store = (this.store_ = await storeP);
-    this.origin_ = this.o_.origin ?? (await store.meta("origin", () => "web-" + randomHex().slice(0, 16)))!;
+    // 128 random bits: the origin scopes the device's idempotency keys (alone, for an anonymous caller) and is never shown to anyone else.
+    this.origin_ = this.o_.origin ?? (await store.meta("origin", () => "web-" + randomHex()))!;
     this.maxFrame_ = Number(await store.meta("max_frame_bytes")) || DEFAULT_MAX_FRAME;
     if (typeof BroadcastChannel !== "undefined" && !this.closed_) {
       this.bc_ = new BroadcastChannel("tide:" + this.dbName_());
