@@ -101,16 +101,30 @@ func (h *hub) groupRemoved(sc feed.Scope) {
 // subscriber gets the same entry without it, so a device's id is never
 // shown to anyone else. Both forms are shared: the one with the origin is
 // encoded with the change, the one without only when a change that has an
-// origin reaches a subscriber of another device.
+// origin reaches a subscriber of another device (bare).
 type entryBytes struct {
 	upsert []byte  // the change as an upsert entry, with its origin (upserts only)
 	delete []byte  // the change as a delete entry, with its origin (deletes only; a hidden upsert gets view.hiddenDelete)
 	view   rowView // what row filters need, computed on first use (pages.go)
 	named  []byte  // the shared entry naming its resource, for groups of several resources (targets.go)
 
-	// The same entries without the change's origin, for every other
-	// device; only for a change that has one.
-	bareUpsert, bareDelete, bareNamed []byte
+	// bare holds the same entries without the change's origin, for every
+	// other device; only for a change that has one, allocated on first
+	// use so that the common change without an origin costs nothing more.
+	bare *bareEntries
+}
+
+// bareEntries are a change's entries without its origin (entryBytes.bare).
+type bareEntries struct {
+	upsert, delete, named []byte
+}
+
+// bareOf returns eb.bare, allocating it.
+func (eb *entryBytes) bareOf() *bareEntries {
+	if eb.bare == nil {
+		eb.bare = &bareEntries{}
+	}
+	return eb.bare
 }
 
 // of returns the change's shared entry as its writer receives it: its
@@ -140,11 +154,11 @@ func (eb *entryBytes) entry(c *feed.Change, origin string) []byte {
 	case c.Op == feed.OpUpsert && own:
 		p = &eb.upsert
 	case c.Op == feed.OpUpsert:
-		p = &eb.bareUpsert
+		p = &eb.bareOf().upsert
 	case own:
 		p = &eb.delete
 	default:
-		p = &eb.bareDelete
+		p = &eb.bareOf().delete
 	}
 	if *p == nil {
 		if c.Op == feed.OpUpsert {
@@ -161,7 +175,7 @@ func (eb *entryBytes) entry(c *feed.Change, origin string) []byte {
 func (eb *entryBytes) namedEntry(c *feed.Change, origin string) []byte {
 	p := &eb.named
 	if c.Origin != "" && c.Origin != origin {
-		p = &eb.bareNamed
+		p = &eb.bareOf().named
 	}
 	if *p == nil {
 		*p = namedEntry(eb.entry(c, origin), c.Resource)

@@ -88,11 +88,11 @@ func sharedEntry(pc pending, d string, named bool) []byte {
 	case named && own:
 		return pc.enc.named
 	case named:
-		return pc.enc.bareNamed
+		return pc.enc.bare.named
 	case own:
 		return pc.enc.of(pc.c)
 	case pc.c.Op == feed.OpUpsert:
-		return pc.enc.bareUpsert
+		return pc.enc.bare.upsert
 	}
-	return pc.enc.bareDelete
+	return pc.enc.bare.delete
 }
