@@ -183,6 +183,21 @@ func TestOriginShownOnlyToItsDevice(t *testing.T) {
 				check(t, d, q.how, f.Entries, q.n)
 			}
 		}
+		// A Tide-Origin the server would not take from hello is refused.
+		body := `{"v":1,"resource":"todos","conditions":{"project_id":"p7"}}`
+		r, _ := http.NewRequest(http.MethodPost, ts.URL+"/tide/changes", strings.NewReader(body))
+		r.Header.Set("X-User", "bob")
+		r.Header.Set("X-Projects", "p7")
+		r.Header.Set(middleware.OriginHeader, strings.Repeat("o", protocol.MaxOriginLen+1))
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(raw, []byte(`"code":"bad_frame"`)) {
+			t.Errorf("a poll with a %d-byte origin: %d %s", protocol.MaxOriginLen+1, resp.StatusCode, raw)
+		}
 	})
 }
 
