@@ -125,16 +125,20 @@ func BenchmarkLiveFrame(b *testing.B) {
 //     subscriber each; the cost should not grow with the other scopes.
 //   - scopes=1/subs=1000: one scope with 1000 subscribers; ns/recipient is
 //     the per-subscriber cost of the fan-out.
+//   - scopes=1/subs=1000/origin: the same, with changes that carry a
+//     device's origin that no subscriber has: each change is also encoded
+//     without it, once, for all of them.
 func BenchmarkMatch(b *testing.B) {
 	for _, filter := range []bool{false, true} {
 		for _, sh := range []struct{ scopes, subs int }{{1000, 1}, {1, 1000}, {50, 100}} {
 			name := fmt.Sprintf("filter=%v/scopes=%d/subs=%d", filter, sh.scopes, sh.subs)
-			b.Run(name, func(b *testing.B) { benchMatch(b, filter, sh.scopes, sh.subs) })
+			b.Run(name, func(b *testing.B) { benchMatch(b, filter, sh.scopes, sh.subs, "") })
 		}
+		b.Run(fmt.Sprintf("filter=%v/scopes=1/subs=1000/origin", filter), func(b *testing.B) { benchMatch(b, filter, 1, 1000, "web-writer") })
 	}
 }
 
-func benchMatch(b *testing.B, filter bool, scopes, subsPerScope int) {
+func benchMatch(b *testing.B, filter bool, scopes, subsPerScope int, origin string) {
 	e, r := hpEngine(b, filter)
 	defer e.cancel()
 	for s := range scopes {
@@ -154,6 +158,7 @@ func benchMatch(b *testing.B, filter bool, scopes, subsPerScope int) {
 	batch := make([]feed.Change, 64)
 	for i := range batch {
 		batch[i] = hpChange(b, i+1, "s0")
+		batch[i].Origin = origin
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -194,7 +199,7 @@ func BenchmarkRowFilter(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			enc := encodeEntries(&c)
-			if r.entryFor(p, &c, &enc) == nil {
+			if r.entryFor(p, c.Origin, &c, &enc) == nil {
 				b.Fatal("row hidden")
 			}
 		}
@@ -202,7 +207,7 @@ func BenchmarkRowFilter(b *testing.B) {
 	b.Run("per-subscriber", func(b *testing.B) {
 		_, r := hpEngine(b, true)
 		enc := encodeEntries(&c)
-		r.entryFor(p, &c, &enc) // decode once
+		r.entryFor(p, c.Origin, &c, &enc) // decode once
 		ps := make([]authz.Principal, 1000)
 		for i := range ps {
 			ps[i] = hpPrincipal(i)
@@ -210,7 +215,7 @@ func BenchmarkRowFilter(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			if r.entryFor(ps[i%len(ps)], &c, &enc) == nil {
+			if r.entryFor(ps[i%len(ps)], c.Origin, &c, &enc) == nil {
 				b.Fatal("row hidden")
 			}
 			i++
@@ -221,7 +226,7 @@ func BenchmarkRowFilter(b *testing.B) {
 		enc := encodeEntries(&c)
 		b.ReportAllocs()
 		for b.Loop() {
-			if r.entryFor(p, &c, &enc) == nil {
+			if r.entryFor(p, c.Origin, &c, &enc) == nil {
 				b.Fatal("no entry")
 			}
 		}
@@ -259,7 +264,7 @@ func BenchmarkSnapshotEntries(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if pg := snapshotEntries(r, p, sp, "", false); pg.n != len(sp.Rows) {
+				if pg := snapshotEntries(r, p, "", sp, "", false); pg.n != len(sp.Rows) {
 					b.Fatalf("%d entries", pg.n)
 				}
 			}

@@ -115,7 +115,7 @@ func (s *subscription) sendSnapshot(start feed.Position, after string, hasAfter 
 		defer close(pages)
 		for ; i < len(ts); i, after, hasAfter = i+1, "", false {
 			t := &ts[i]
-			ok := e.snapshotPages(ctx, t.res, s.principal(), t.scope, after, hasAfter, s.limit, ts.multi(), func(pg page, err error) bool {
+			ok := e.snapshotPages(ctx, t.res, s.principal(), s.c.origin, t.scope, after, hasAfter, s.limit, ts.multi(), func(pg page, err error) bool {
 				select {
 				case pages <- result{pg, t, err}:
 					return err == nil
@@ -193,7 +193,7 @@ func (s *subscription) sendReplay(from, until feed.Position) error {
 			return
 		}
 		for after := from; ; {
-			pg, err := e.replayPage(ctx, s.res, s.principal(), s.scope, after, until, s.limit)
+			pg, err := e.replayPage(ctx, s.res, s.principal(), s.c.origin, s.scope, after, until, s.limit)
 			select {
 			case pages <- result{pg, err}:
 			case <-ctx.Done():
@@ -238,7 +238,7 @@ func (s *subscription) sendChanges(changes []feed.Change) error {
 			if multi {
 				r = s.targets.of(changes[i].Resource).res
 			}
-			pg.addChange(r, s.principal(), &changes[i], nil, false, multi)
+			pg.addChange(r, s.principal(), s.c.origin, &changes[i], nil, false, multi)
 			pg.last = changes[i].Pos
 		}
 		if pg.n > 0 {

@@ -93,15 +93,42 @@ func (h *hub) groupRemoved(sc feed.Scope) {
 	}
 }
 
+// entryBytes holds the encodings of one change, each made once per change
 // and shared by every subscription it reaches.
+//
+// An entry carries the change's origin only to the device that wrote it
+// (the connection or poll whose own origin is the change's): every other
+// subscriber gets the same entry without it, so a device's id is never
+// shown to anyone else. Both forms are shared: the one with the origin is
+// encoded with the change, the one without only when a change that has an
+// origin reaches a subscriber of another device (bare).
 type entryBytes struct {
-	upsert []byte  // the change as an upsert entry (upserts only)
-	delete []byte  // the change as a delete entry (deletes only; a hidden upsert gets view.hiddenDelete)
+	upsert []byte  // the change as an upsert entry, with its origin (upserts only)
+	delete []byte  // the change as a delete entry, with its origin (deletes only; a hidden upsert gets view.hiddenDelete)
 	view   rowView // what row filters need, computed on first use (pages.go)
 	named  []byte  // the shared entry naming its resource, for groups of several resources (targets.go)
+
+	// bare holds the same entries without the change's origin, for every
+	// other device; only for a change that has one, allocated on first
+	// use so that the common change without an origin costs nothing more.
+	bare *bareEntries
 }
 
-// of returns the change's shared entry: its upsert or its delete.
+// bareEntries are a change's entries without its origin (entryBytes.bare).
+type bareEntries struct {
+	upsert, delete, named []byte
+}
+
+// bareOf returns eb.bare, allocating it.
+func (eb *entryBytes) bareOf() *bareEntries {
+	if eb.bare == nil {
+		eb.bare = &bareEntries{}
+	}
+	return eb.bare
+}
+
+// of returns the change's shared entry as its writer receives it: its
+// upsert or its delete, with its origin.
 func (eb *entryBytes) of(c *feed.Change) []byte {
 	if c.Op == feed.OpUpsert {
 		return eb.upsert
@@ -109,14 +136,57 @@ func (eb *entryBytes) of(c *feed.Change) []byte {
 	return eb.delete
 }
 
-// encodeEntries encodes c for the wire.
+// shownOrigin returns the origin an entry of c carries for the device
+// origin: the change's own if that device wrote it, else none.
+func shownOrigin(c *feed.Change, origin string) string {
+	if c.Origin == origin {
+		return c.Origin
+	}
+	return ""
+}
+
+// entry returns the change's entry (its upsert or its delete) as the
+// device origin receives it, encoding it on first use.
+func (eb *entryBytes) entry(c *feed.Change, origin string) []byte {
+	own := c.Origin == "" || c.Origin == origin
+	var p *[]byte
+	switch {
+	case c.Op == feed.OpUpsert && own:
+		p = &eb.upsert
+	case c.Op == feed.OpUpsert:
+		p = &eb.bareOf().upsert
+	case own:
+		p = &eb.delete
+	default:
+		p = &eb.bareOf().delete
+	}
+	if *p == nil {
+		if c.Op == feed.OpUpsert {
+			*p = protocol.AppendEntry(make([]byte, 0, len(c.Row)+len(c.Key)+48), "upsert", c.Key, c.Row, shownOrigin(c, origin))
+		} else {
+			*p = protocol.AppendEntry(nil, "delete", c.Key, nil, shownOrigin(c, origin))
+		}
+	}
+	return *p
+}
+
+// namedEntry returns the change's entry naming its resource, as the device
+// origin receives it, encoding it on first use.
+func (eb *entryBytes) namedEntry(c *feed.Change, origin string) []byte {
+	p := &eb.named
+	if c.Origin != "" && c.Origin != origin {
+		p = &eb.bareOf().named
+	}
+	if *p == nil {
+		*p = namedEntry(eb.entry(c, origin), c.Resource)
+	}
+	return *p
+}
+
+// encodeEntries encodes c for the wire, as its writer receives it.
 func encodeEntries(c *feed.Change) entryBytes {
 	var eb entryBytes
-	if c.Op == feed.OpUpsert {
-		eb.upsert = protocol.AppendEntry(make([]byte, 0, len(c.Row)+len(c.Key)+48), "upsert", c.Key, c.Row, c.Origin)
-	} else {
-		eb.delete = protocol.AppendEntry(nil, "delete", c.Key, nil, c.Origin)
-	}
+	eb.entry(c, c.Origin)
 	return eb
 }
 
@@ -350,35 +420,36 @@ func (g *group) match(c *feed.Change, enc *entryBytes, active []*group) (*entryB
 
 // flush hands the group's matched changes to its subscriptions. Every
 // subscription that sees the changes as they are (no row filter, or a
-// filter that shows it every row) gets one shared batch; only a principal
-// that a filter hides rows from gets a batch of its own.
+// filter that shows it every row) gets one shared batch per view of the
+// changes' origins (views): one for the writer's device, one without
+// origins for everyone else. Only a principal that a filter hides rows
+// from, or a device that wrote some of a batch's changes but not all that
+// carry an origin, gets a batch of its own.
 func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 	if g.targets.multi() {
 		g.flushMulti(kicks)
 		return
 	}
-	shared := liveBatch{entries: make([][]byte, 0, len(g.pend)), pos: make([]feed.Position, 0, len(g.pend))}
-	for _, p := range g.pend {
-		shared.add(p.enc.of(p.c), p.c.Pos)
-	}
+	v := g.views(false)
 	if g.res.filter == nil {
 		for _, s := range g.subs {
-			s.push(shared, kicks)
+			s.push(v.of(s.c.origin), kicks)
 		}
 		return
 	}
 	seen := (*scratch)[:0]
 	for _, s := range g.subs {
-		p := s.principal()
+		p, origin := s.principal(), s.c.origin
+		base := v.of(origin)
 		seen = seen[:0]
 		same := true
 		for i, pc := range g.pend {
-			e := g.res.entryFor(p, pc.c, pc.enc)
+			e := g.res.entryFor(p, origin, pc.c, pc.enc)
 			seen = append(seen, e)
-			same = same && sameBytes(e, shared.entries[i])
+			same = same && sameBytes(e, base.entries[i])
 		}
 		if same {
-			s.push(shared, kicks)
+			s.push(base, kicks)
 			continue
 		}
 		var b liveBatch
@@ -393,6 +464,64 @@ func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 	}
 	clear(seen)
 	*scratch = seen[:0]
+}
+
+// batchViews are the shared batches of a group's matched changes, one per
+// way a device may see their origins.
+type batchViews struct {
+	g       *group
+	named   bool     // entries name their resource (groups of several resources)
+	origins []string // the distinct origins of the changes, usually none or one
+	own     liveBatch
+	bare    liveBatch // without origins: built on first use, when origins is not empty
+}
+
+// views builds the group's shared batch of its matched changes, each entry
+// as its writer receives it.
+func (g *group) views(named bool) batchViews {
+	v := batchViews{g: g, named: named}
+	for _, pc := range g.pend {
+		if o := pc.c.Origin; o != "" && !slices.Contains(v.origins, o) {
+			v.origins = append(v.origins, o)
+		}
+	}
+	v.own = g.batchFor("", named, true)
+	return v
+}
+
+// of returns the batch the device origin receives: the shared batch with
+// origins when the batch's changes carry none or only origin's, the shared
+// one without when none is origin's, and otherwise (a device that wrote
+// some of the batch, others wrote the rest) a batch of its own.
+func (v *batchViews) of(origin string) liveBatch {
+	switch {
+	case len(v.origins) == 0 || len(v.origins) == 1 && v.origins[0] == origin:
+		return v.own
+	case !slices.Contains(v.origins, origin):
+		if v.bare.entries == nil {
+			v.bare = v.g.batchFor("", v.named, false)
+		}
+		return v.bare
+	}
+	return v.g.batchFor(origin, v.named, false)
+}
+
+// batchFor returns the group's matched changes as the device origin
+// receives them (own: as their writers do).
+func (g *group) batchFor(origin string, named, own bool) liveBatch {
+	b := liveBatch{entries: make([][]byte, 0, len(g.pend)), pos: make([]feed.Position, 0, len(g.pend))}
+	for _, pc := range g.pend {
+		o := origin
+		if own {
+			o = pc.c.Origin
+		}
+		if named {
+			b.add(pc.enc.namedEntry(pc.c, o), pc.c.Pos)
+		} else {
+			b.add(pc.enc.entry(pc.c, o), pc.c.Pos)
+		}
+	}
+	return b
 }
 
 // sameBytes reports whether a and b are the same slice (not just equal

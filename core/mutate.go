@@ -154,7 +154,7 @@ func (tx *Tx) apply(ctx context.Context, r *resource, muts []feed.Mutation) erro
 	}
 	for _, m := range muts {
 		c := feed.Change{Resource: r.schema.Name, Op: m.Op, Key: m.Key, Scope: m.Scope, Row: m.Row, Origin: tx.origin}
-		entry := r.see(tx.p, &c, nil, true)
+		entry := r.see(tx.p, tx.origin, &c, nil, true) // the writer's own: with its origin
 		if entry == nil {
 			continue
 		}
@@ -224,7 +224,9 @@ func (f failed) Unwrap() error { return f.err }
 
 // Mutate runs the mutation of a mutate frame for p, sent by the client
 // device origin, and returns the frame to answer with: an ack, or a reject
-// whose code is also returned as err. It is what the WebSocket route runs
+// whose code is also returned as err. The key is recorded per principal and
+// origin; an anonymous p must therefore come with an origin, or the
+// mutation is refused (bad_frame) without running. It is what the WebSocket route runs
 // for every mutate frame and what POST <prefix>/mutate runs; f is
 // validated first (protocol.ClientFrame.Validate). While it runs it counts
 // against p's bounds of waiting mutations, as a queued mutate frame does
@@ -249,6 +251,15 @@ func (e *Engine) Mutate(ctx context.Context, p authz.Principal, origin string, f
 // keep it for ever, and one beyond the range of time would wrap into the
 // past, where its key is pruned at once and a resend runs again.
 const maxClockAhead = 24 * time.Hour
+
+// errAnonymousOrigin refuses a mutation of an anonymous caller that names
+// no origin. A key is recorded per principal and origin, and every
+// anonymous caller has the principal id "": without its device's origin,
+// one anonymous caller's key would answer another's mutation with the
+// first one's recorded result, and drop the write.
+var errAnonymousOrigin = &protocol.Error{Code: protocol.CodeBadFrame,
+	Message: "this device sent no id (origin) with the change; the app must send one",
+	Detail:  "a mutation of an anonymous caller must carry an origin (hello's origin; over HTTP, the Tide-Origin header): its key is scoped to it"}
 
 // mutate runs a validated mutate frame and returns its ack and the ack's
 // position, or the refusal.
@@ -284,6 +295,12 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 	t, ok := e.feed.(feed.Transactor)
 	if !ok {
 		return nil, 0, protocol.Errorf(protocol.CodeUnavailable, "this server's change feed cannot run mutators")
+	}
+	if p.IsAnonymous() && origin == "" {
+		// Checked after the policy, which may refuse anonymous callers
+		// anyway (unauthenticated says more), and before the mutator runs
+		// or the key is recorded.
+		return nil, 0, errAnonymousOrigin
 	}
 	id := feed.MutationID{Principal: p.ID, Origin: origin, Key: f.Key, At: time.UnixMilli(f.At)}
 	result, replayed, err := t.Transact(ctx, id, func(ctx context.Context, ftx feed.Tx) ([]byte, error) {

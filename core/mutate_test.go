@@ -101,8 +101,8 @@ func TestMutateAtAheadWithinBound(t *testing.T) {
 }
 
 // TestMutateAckAndSubscriber: an applied mutation is acked with its rows and
-// a cursor, and the row reaches a subscriber of its scope, with the
-// writer's origin.
+// a cursor (its entries name the writer's origin), and the row reaches a
+// subscriber of its scope, another principal's device, without it.
 func TestMutateAckAndSubscriber(t *testing.T) {
 	s := newServer(t, core.Config{})
 	runs := addMutators(t, s)
@@ -126,7 +126,7 @@ func TestMutateAckAndSubscriber(t *testing.T) {
 		t.Fatalf("ack cursor %q: %v", ack.Cursor, err)
 	}
 	live := sub.Expect(protocol.FrameChanges)
-	if len(live.Entries) != 1 || live.Entries[0].Key != "t1" || live.Entries[0].Origin != "alice-phone" {
+	if len(live.Entries) != 1 || live.Entries[0].Key != "t1" || live.Entries[0].Origin != "" {
 		t.Fatalf("subscriber got %+v", live)
 	}
 	if live.Cursor != ack.Cursor {
@@ -174,6 +174,60 @@ func TestMutateResendIsReplayed(t *testing.T) {
 	}
 	if runs.Load() != 2 {
 		t.Fatalf("mutator ran %d times, want 2", runs.Load())
+	}
+}
+
+// TestAnonymousMutationsNeedAnOrigin: anonymous callers' keys are scoped to
+// their hello's origin: two anonymous devices that send the same key each
+// have their own write applied (a resend is still replayed), and an
+// anonymous mutation on a connection without an origin is refused
+// bad_frame, with nothing run or recorded (a resend is refused again). A
+// signed-in caller needs none.
+func TestAnonymousMutationsNeedAnOrigin(t *testing.T) {
+	s := newServer(t, core.Config{})
+	var runs atomic.Int64
+	if err := core.AddMutator(s.todos, "guest", core.Mutator[addArgs]{
+		Authorize: func(context.Context, authz.Principal, addArgs) error { return nil }, // anyone, anonymous callers included
+		Run: func(ctx context.Context, tx *core.Tx, a addArgs) error {
+			runs.Add(1)
+			return s.todos.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: a.ProjectID, Title: a.Title})
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	conn := func(user, origin string) *wsClient {
+		c := s.dial(t, user, "p7")
+		c.Hello(protocol.ClientFrame{Origin: origin})
+		return c
+	}
+	const originA, originB = "go-5WQ2ZK7R4M3XH6TB1N9VCJ8DPA", "go-E3F7KQ2M9TZ5XR1W8HN6VB4CJD"
+	for _, tt := range []struct {
+		name, user, origin, id string
+		replayed               bool
+	}{
+		{"first anonymous device", "", originA, "a1", false},
+		{"second anonymous device, same key", "", originB, "b1", false},
+		{"the first device resends", "", originA, "a1", true},
+		{"a signed-in caller without an origin", "alice", "", "s1", false},
+	} {
+		c := conn(tt.user, tt.origin)
+		c.Send(mutateFrame("k1", "guest", addArgs{ID: tt.id, ProjectID: "p7", Title: "hi"}, at))
+		f := c.Expect(protocol.FrameAck)
+		if f.Replayed != tt.replayed || len(f.Entries) != 1 || f.Entries[0].Key != tt.id {
+			t.Fatalf("%s: %+v, want the ack of its own write %s (replayed %v)", tt.name, f, tt.id, tt.replayed)
+		}
+	}
+	c := conn("", "")
+	for i := range 2 {
+		c.Send(mutateFrame("k2", "guest", addArgs{ID: "n1", ProjectID: "p7", Title: "hi"}, at))
+		f := c.Expect(protocol.FrameReject)
+		if f.Key != "k2" || f.Code != protocol.CodeBadFrame || !strings.Contains(f.Detail, "origin") || f.Message == "" {
+			t.Fatalf("anonymous without an origin, try %d: %+v", i, f)
+		}
+	}
+	if runs.Load() != 3 {
+		t.Fatalf("the mutator ran %d times, want 3", runs.Load())
 	}
 }
 

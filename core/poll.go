@@ -26,7 +26,10 @@ type PollRequest struct {
 // with the entries after the cursor, the cursor to send next and "more"
 // (poll again at once), or a reset frame when the cursor is unusable (drop
 // the copy of the scope and poll again without a cursor). The pages are the
-// ones a WebSocket subscription gets. Refusals are *protocol.Error values.
+// ones a WebSocket subscription gets. An entry carries its origin only when
+// the poller's own origin (ctx's, see WithOrigin: package middleware sets
+// it from the Tide-Origin header) wrote it, as on a socket whose hello
+// named that origin. Refusals are *protocol.Error values.
 func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) ([]byte, error) {
 	if e.Draining() {
 		return nil, ErrDraining
@@ -66,7 +69,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	}
 	var pg page
 	if err == nil {
-		pg, err = e.replayPageOf(ctx, r.targets, p, sp.pos, hw, r.limit)
+		pg, err = e.replayPageOf(ctx, r.targets, p, OriginFrom(ctx), sp.pos, hw, r.limit)
 	}
 	if errors.Is(err, feed.ErrCursorExpired) {
 		e.stats.resets.Add(1)
@@ -93,7 +96,7 @@ func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, r request,
 		i, after, hasAfter, _ = parseMultiAfter(ts, after) // checked by openSnapshot
 	}
 	t := ts[i]
-	pg, err := e.snapshotPage(ctx, t.res, p, t.scope, after, hasAfter, r.limit, ts.multi())
+	pg, err := e.snapshotPage(ctx, t.res, p, OriginFrom(ctx), t.scope, after, hasAfter, r.limit, ts.multi())
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +119,7 @@ func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, r request,
 		if len(next) <= protocol.MaxCursorLen || pg.read < r.limit {
 			return encodePollPage(entries, next, true), nil
 		}
-		if pg, err = e.snapshotPage(ctx, t.res, p, t.scope, pg.lastKey, true, r.limit, ts.multi()); err != nil {
+		if pg, err = e.snapshotPage(ctx, t.res, p, OriginFrom(ctx), t.scope, pg.lastKey, true, r.limit, ts.multi()); err != nil {
 			return nil, err
 		}
 		if len(entries) > 0 && pg.n > 0 {

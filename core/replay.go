@@ -53,11 +53,12 @@ func (pg *page) add(entry []byte) {
 	pg.n++
 }
 
-// addChange appends the entry p receives for c, encoding it in place when
+// addChange appends the entry p receives for c on the device origin (the
+// change's origin only if that device wrote it), encoding it in place when
 // the resource has no row filter (the common case: no per-entry garbage).
 // named adds the change's resource to the entry (subscriptions of several
 // resources).
-func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, spans []protocol.ValueSpan, snapshot, named bool) {
+func (pg *page) addChange(r *resource, p authz.Principal, origin string, c *feed.Change, spans []protocol.ValueSpan, snapshot, named bool) {
 	if r.filter != nil && c.Op == feed.OpUpsert {
 		// Most upserts are visible: decoded and checked here, and
 		// encoded in place; the others go through see with the row
@@ -71,7 +72,7 @@ func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, spans 
 			if pg.n > 0 {
 				pg.buf = append(pg.buf, ',')
 			}
-			pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
+			pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, shownOrigin(c, origin))
 			if named {
 				pg.buf = appendResource(pg.buf, c.Resource)
 			}
@@ -79,7 +80,7 @@ func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, spans 
 			return
 		}
 		n := pg.n
-		pg.add(r.see(p, c, &enc, snapshot))
+		pg.add(r.see(p, origin, c, &enc, snapshot))
 		if named && pg.n > n {
 			pg.buf = appendResource(pg.buf, c.Resource)
 		}
@@ -87,7 +88,7 @@ func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, spans 
 	}
 	if r.filter != nil {
 		n := pg.n
-		pg.add(r.see(p, c, nil, snapshot))
+		pg.add(r.see(p, origin, c, nil, snapshot))
 		if named && pg.n > n {
 			pg.buf = appendResource(pg.buf, c.Resource)
 		}
@@ -97,9 +98,9 @@ func (pg *page) addChange(r *resource, p authz.Principal, c *feed.Change, spans 
 		pg.buf = append(pg.buf, ',')
 	}
 	if c.Op == feed.OpUpsert {
-		pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, c.Origin)
+		pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, shownOrigin(c, origin))
 	} else {
-		pg.buf = protocol.AppendEntry(pg.buf, "delete", c.Key, nil, c.Origin)
+		pg.buf = protocol.AppendEntry(pg.buf, "delete", c.Key, nil, shownOrigin(c, origin))
 	}
 	if named {
 		pg.buf = appendResource(pg.buf, c.Resource)
@@ -130,17 +131,19 @@ func (pg *page) frame(header []byte) []byte {
 }
 
 // replayPageOf reads the next page of a subscription's changes in (after,
-// until]: replayPage for one resource, multiReplayPage for several.
-func (e *Engine) replayPageOf(ctx context.Context, ts targets, p authz.Principal, after, until feed.Position, limit int) (page, error) {
+// until] for p on the device origin: replayPage for one resource,
+// multiReplayPage for several.
+func (e *Engine) replayPageOf(ctx context.Context, ts targets, p authz.Principal, origin string, after, until feed.Position, limit int) (page, error) {
 	if ts.multi() {
-		return e.multiReplayPage(ctx, ts, p, after, until, limit)
+		return e.multiReplayPage(ctx, ts, p, origin, after, until, limit)
 	}
-	return e.replayPage(ctx, ts[0].res, p, ts[0].scope, after, until, limit)
+	return e.replayPage(ctx, ts[0].res, p, origin, ts[0].scope, after, until, limit)
 }
 
 // replayPage reads the next page of the changes of sc in (after, until]:
-// at most limit changes, and where to continue (pg.next, pg.done).
-func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after, until feed.Position, limit int) (page, error) {
+// at most limit changes, as p receives them on the device origin, and where
+// to continue (pg.next, pg.done).
+func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal, origin string, sc feed.Scope, after, until feed.Position, limit int) (page, error) {
 	release, err := e.acquireCatchUp(ctx, p)
 	if err != nil {
 		return page{}, err
@@ -153,18 +156,18 @@ func (e *Engine) replayPage(ctx context.Context, r *resource, p authz.Principal,
 	pg := newPage(sl.changes)
 	pg.last, pg.next, pg.done = after, sl.next, sl.done
 	for i := range sl.changes {
-		pg.addChange(r, p, &sl.changes[i], nil, false, false)
+		pg.addChange(r, p, origin, &sl.changes[i], nil, false, false)
 		pg.last = sl.changes[i].Pos
 	}
 	return pg, nil
 }
 
 // snapshotPage reads up to limit current rows of sc with keys after the
-// given one.
+// given one, as p receives them on the device origin.
 //
 // named adds the resource to every entry (subscriptions of several
 // resources).
-func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int, named bool) (page, error) {
+func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principal, origin string, sc feed.Scope, after string, hasAfter bool, limit int, named bool) (page, error) {
 	release, err := e.acquireCatchUp(ctx, p)
 	if err != nil {
 		return page{}, err
@@ -174,12 +177,13 @@ func (e *Engine) snapshotPage(ctx context.Context, r *resource, p authz.Principa
 	if err != nil {
 		return page{}, err
 	}
-	return snapshotEntries(r, p, sp, after, named), nil
+	return snapshotEntries(r, p, origin, sp, after, named), nil
 }
 
-// snapshotEntries encodes a snapshot page for p; after is the key the
-// page was read after.
-func snapshotEntries(r *resource, p authz.Principal, sp feed.SnapshotPage, after string, named bool) page {
+// snapshotEntries encodes a snapshot page for p on the device origin;
+// after is the key the page was read after. (A feed's snapshot rows carry
+// no origin today; a row that did would show it only to its writer.)
+func snapshotEntries(r *resource, p authz.Principal, origin string, sp feed.SnapshotPage, after string, named bool) page {
 	pg := newPage(sp.Rows)
 	pg.pos, pg.lastKey = sp.Pos, after
 	n := len(r.schema.Columns)
@@ -191,7 +195,7 @@ func snapshotEntries(r *resource, p authz.Principal, sp feed.SnapshotPage, after
 		if sp.Spans != nil {
 			spans = sp.Spans[i*n : (i+1)*n : (i+1)*n]
 		}
-		pg.addChange(r, p, &sp.Rows[i], spans, true, named)
+		pg.addChange(r, p, origin, &sp.Rows[i], spans, true, named)
 		pg.lastKey = sp.Rows[i].Key
 	}
 	return pg
@@ -209,11 +213,11 @@ var errStopSnapshot = errors.New("tide: snapshot no longer read")
 // A feed that implements feed.SnapshotStreamer reads many pages in one
 // pass, holding one catch-up slot for the pass; otherwise every page is a
 // snapshotPage.
-func (e *Engine) snapshotPages(ctx context.Context, r *resource, p authz.Principal, sc feed.Scope, after string, hasAfter bool, limit int, named bool, emit func(page, error) bool) bool {
+func (e *Engine) snapshotPages(ctx context.Context, r *resource, p authz.Principal, origin string, sc feed.Scope, after string, hasAfter bool, limit int, named bool, emit func(page, error) bool) bool {
 	streamer, stream := e.feed.(feed.SnapshotStreamer)
 	for {
 		if !stream {
-			pg, err := e.snapshotPage(ctx, r, p, sc, after, hasAfter, limit, named)
+			pg, err := e.snapshotPage(ctx, r, p, origin, sc, after, hasAfter, limit, named)
 			if !emit(pg, err) {
 				return false
 			}
@@ -245,7 +249,7 @@ func (e *Engine) snapshotPages(ctx context.Context, r *resource, p authz.Princip
 				if stop.Load() {
 					continue
 				}
-				pg := snapshotEntries(r, p, rw.sp, rw.after, named)
+				pg := snapshotEntries(r, p, origin, rw.sp, rw.after, named)
 				if rw.sp.Release != nil {
 					rw.sp.Release() // the page's entries are encoded: its rows are done with
 				}

@@ -248,13 +248,14 @@ func (e *Engine) multiReplay(ctx context.Context, ts targets, p authz.Principal,
 }
 
 // multiPage encodes changes (read by multiReplay, after the position
-// after) as a page, each entry naming its resource.
-func multiPage(ts targets, p authz.Principal, changes []feed.Change, after feed.Position) page {
+// after) as a page for p on the device origin, each entry naming its
+// resource.
+func multiPage(ts targets, p authz.Principal, origin string, changes []feed.Change, after feed.Position) page {
 	pg := newPage(changes)
 	pg.last = after
 	for i := range changes {
 		c := &changes[i]
-		pg.addChange(ts.of(c.Resource).res, p, c, nil, false, true)
+		pg.addChange(ts.of(c.Resource).res, p, origin, c, nil, false, true)
 		pg.last = c.Pos
 	}
 	return pg
@@ -263,7 +264,7 @@ func multiPage(ts targets, p authz.Principal, changes []feed.Change, after feed.
 // multiReplayPage is replayPage for a subscription of several resources
 // (the polling route): the first page of at most limit changes (more for a
 // larger commit group) of what multiReplay reads.
-func (e *Engine) multiReplayPage(ctx context.Context, ts targets, p authz.Principal, after, until feed.Position, limit int) (page, error) {
+func (e *Engine) multiReplayPage(ctx context.Context, ts targets, p authz.Principal, origin string, after, until feed.Position, limit int) (page, error) {
 	changes, next, done, err := e.multiReplay(ctx, ts, p, after, until, limit)
 	if err != nil {
 		return page{}, err
@@ -271,7 +272,7 @@ func (e *Engine) multiReplayPage(ctx context.Context, ts targets, p authz.Princi
 	if n := pageEnd(changes, limit); n < len(changes) {
 		changes, next, done = changes[:n], changes[n-1].Pos, false
 	}
-	pg := multiPage(ts, p, changes, after)
+	pg := multiPage(ts, p, origin, changes, after)
 	pg.next, pg.done = next, done
 	return pg, nil
 }
@@ -300,42 +301,39 @@ func pageEnd(changes []feed.Change, limit int) int {
 // Every subscription gets all its changes of the dispatched batch, of every
 // resource, in one batch, so a commit's changes leave in one frame.
 func (g *group) flushMulti(kicks *[]*conn) {
-	shared := liveBatch{entries: make([][]byte, 0, len(g.pend)), pos: make([]feed.Position, 0, len(g.pend))}
+	v := g.views(true)
 	filtered := false
-	for _, p := range g.pend {
-		if p.enc.named == nil {
-			p.enc.named = namedEntry(p.enc.of(p.c), p.c.Resource)
-		}
-		shared.add(p.enc.named, p.c.Pos)
-		filtered = filtered || g.targets.of(p.c.Resource).res.filter != nil
+	for _, pc := range g.pend {
+		filtered = filtered || g.targets.of(pc.c.Resource).res.filter != nil
 	}
 	if !filtered {
 		for _, s := range g.subs {
-			s.push(shared, kicks)
+			s.push(v.of(s.c.origin), kicks)
 		}
 		return
 	}
 	for _, s := range g.subs {
-		p := s.principal()
+		p, origin := s.principal(), s.c.origin
+		base := v.of(origin)
 		var b liveBatch
 		same := true
 		for i, pc := range g.pend {
-			e := shared.entries[i]
+			e := base.entries[i]
 			if r := g.targets.of(pc.c.Resource).res; r.filter != nil {
-				if v := r.entryFor(p, pc.c, pc.enc); !sameBytes(v, pc.enc.of(pc.c)) {
+				if seen := r.entryFor(p, origin, pc.c, pc.enc); !sameBytes(seen, pc.enc.entry(pc.c, origin)) {
 					e = nil
-					if v != nil {
-						e = namedEntry(v, pc.c.Resource)
+					if seen != nil {
+						e = namedEntry(seen, pc.c.Resource)
 					}
 				}
 			}
-			same = same && sameBytes(e, shared.entries[i])
+			same = same && sameBytes(e, base.entries[i])
 			if e != nil {
 				b.add(e, pc.c.Pos)
 			}
 		}
 		if same {
-			s.push(shared, kicks)
+			s.push(base, kicks)
 		} else if b.len() > 0 {
 			s.push(b, kicks)
 		}
@@ -363,7 +361,7 @@ func (s *subscription) readMulti(ctx context.Context, from, until feed.Position,
 		}
 		for len(changes) > 0 {
 			n := pageEnd(changes, s.limit)
-			if !send(multiPage(s.targets, s.principal(), changes[:n], after), nil) {
+			if !send(multiPage(s.targets, s.principal(), s.c.origin, changes[:n], after), nil) {
 				return
 			}
 			after, changes = changes[n-1].Pos, changes[n:]

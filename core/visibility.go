@@ -15,8 +15,8 @@ import (
 	"github.com/tidesync/tide/core/protocol"
 )
 
-// entryFor returns the entry a principal receives for a change, or nil if it
-// receives nothing. enc holds the change's shared encodings when the caller
+// entryFor returns the entry a principal receives for a change on the
+// device origin, or nil if it receives nothing. enc holds the change's shared encodings when the caller
 // has them (fan-out); replay passes nil and encodes per page.
 //
 // This is the single place where what a subscriber sees of a change is
@@ -24,7 +24,8 @@ import (
 // the subscriber's scope (the feed or the hub matched it); what remains is
 // the resource's row filter:
 //
-//   - an upsert of a visible row is sent as is;
+//   - an upsert of a visible row is sent as is, with the change's origin
+//     only if origin wrote it (entryBytes);
 //   - an upsert of a row the principal may not see is sent as a delete, since
 //     the subscriber may hold an older, visible version of it; the delete
 //     carries no origin, so even the writer's own client drops the row.
@@ -39,34 +40,24 @@ import (
 // the tailer's goroutine only: the row is decoded once per change, into
 // enc.view, whatever the number of subscribers. Without a filter nothing is
 // decoded and nothing allocated.
-func (r *resource) entryFor(p authz.Principal, c *feed.Change, enc *entryBytes) []byte {
-	return r.see(p, c, enc, false)
+func (r *resource) entryFor(p authz.Principal, origin string, c *feed.Change, enc *entryBytes) []byte {
+	return r.see(p, origin, c, enc, false)
 }
 
 // see is entryFor, with snapshot set for rows of a snapshot: the subscriber
 // starts those from an empty copy, so a row it may not see is left out
 // rather than sent as a delete.
-func (r *resource) see(p authz.Principal, c *feed.Change, enc *entryBytes, snapshot bool) []byte {
-	if r.filter == nil {
-		if enc == nil {
-			e := encodeEntries(c)
-			enc = &e
-		}
-		if c.Op == feed.OpUpsert {
-			return enc.upsert
-		}
-		return enc.delete
-	}
+func (r *resource) see(p authz.Principal, origin string, c *feed.Change, enc *entryBytes, snapshot bool) []byte {
 	if enc == nil {
 		enc = &entryBytes{} // replay and snapshot: encode only what is sent
+	}
+	if r.filter == nil {
+		return enc.entry(c, origin)
 	}
 	visible, known := r.filter.check(p, c, &enc.view)
 	switch {
 	case c.Op == feed.OpUpsert && visible:
-		if enc.upsert == nil {
-			enc.upsert = protocol.AppendEntry(make([]byte, 0, len(c.Row)+len(c.Key)+48), "upsert", c.Key, c.Row, c.Origin)
-		}
-		return enc.upsert
+		return enc.entry(c, origin)
 	case c.Op == feed.OpUpsert && snapshot:
 		return nil
 	case c.Op == feed.OpUpsert && c.PrevKnown:
@@ -77,10 +68,7 @@ func (r *resource) see(p authz.Principal, c *feed.Change, enc *entryBytes, snaps
 	case c.Op == feed.OpUpsert || !known:
 		return enc.view.hiddenDelete(c)
 	case visible:
-		if enc.delete == nil {
-			enc.delete = protocol.AppendEntry(nil, "delete", c.Key, nil, c.Origin)
-		}
-		return enc.delete
+		return enc.entry(c, origin)
 	}
 	return nil
 }

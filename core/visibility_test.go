@@ -49,11 +49,15 @@ func TestEntryForFanOutCost(t *testing.T) {
 	c := change(t, feed.OpUpsert, filtered{"d1", "o1", "u3"}, "dev-9")
 	enc := encodeEntries(&c)
 	p := authz.Principal{ID: "u1", Claims: map[string]any{"x": "y"}}
-	if n := testing.AllocsPerRun(100, func() { plain.res.entryFor(p, &c, &enc) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { plain.res.entryFor(p, c.Origin, &c, &enc) }); n != 0 {
 		t.Fatalf("no filter: %v allocations per subscriber", n)
 	}
+	plain.res.entryFor(p, "dev-other", &c, &enc) // the entry without the origin, encoded once
+	if n := testing.AllocsPerRun(100, func() { plain.res.entryFor(p, "dev-other", &c, &enc) }); n != 0 {
+		t.Fatalf("no filter, another device: %v allocations per subscriber", n)
+	}
 	for i := 0; i < 100; i++ {
-		got := owned.res.entryFor(authz.Principal{ID: fmt.Sprintf("u%d", i)}, &c, &enc)
+		got := owned.res.entryFor(authz.Principal{ID: fmt.Sprintf("u%d", i)}, c.Origin, &c, &enc)
 		want := `{"op":"delete","key":"d1"}`
 		if i == 3 {
 			want = string(enc.upsert)
@@ -65,7 +69,7 @@ func TestEntryForFanOutCost(t *testing.T) {
 	if decodes != 1 || calls != 100 {
 		t.Fatalf("%d decodes and %d filter calls for 100 subscribers", decodes, calls)
 	}
-	if n := testing.AllocsPerRun(100, func() { owned.res.entryFor(p, &c, &enc) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { owned.res.entryFor(p, c.Origin, &c, &enc) }); n != 0 {
 		t.Fatalf("with a filter: %v allocations per subscriber", n)
 	}
 }
@@ -110,8 +114,14 @@ func TestEntryForRules(t *testing.T) {
 					eb := encodeEntries(&tt.c)
 					enc = &eb
 				}
-				if got := string(r.see(me, &tt.c, enc, tt.snapshot)); got != tt.want {
+				if got := string(r.see(me, tt.c.Origin, &tt.c, enc, tt.snapshot)); got != tt.want {
 					t.Fatalf("shared=%v: got %s, want %s", shared, got, tt.want)
+				}
+				// Another device of the principal gets the same entry
+				// without the writer's origin.
+				other := strings.Replace(tt.want, `,"origin":"`+tt.c.Origin+`"`, "", 1)
+				if got := string(r.see(me, "dev-other", &tt.c, enc, tt.snapshot)); got != other {
+					t.Fatalf("shared=%v, another device: got %s, want %s", shared, got, other)
 				}
 			}
 		})
@@ -169,7 +179,7 @@ func TestPreviousVersionColumns(t *testing.T) {
 	}
 	for _, tc := range cases {
 		c := feed.Change{Pos: 1, Resource: tc.res.Name(), Op: feed.OpUpsert, Key: "d1", Scope: []string{"o1"}, Row: now, PrevKnown: true, Prev: tc.prev}
-		if got := string(tc.res.res.entryFor(authz.Principal{ID: "alice"}, &c, nil)); got != tc.want {
+		if got := string(tc.res.res.entryFor(authz.Principal{ID: "alice"}, "", &c, nil)); got != tc.want {
 			t.Errorf("%s: alice got %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -183,12 +183,19 @@ func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// The poller's origin: entries it wrote carry it, as on a socket whose
+	// hello named it; everyone else's come without theirs.
+	origin := r.Header.Get(OriginHeader)
+	if err := protocol.CheckText("origin", origin, protocol.MaxOriginLen); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
 	var req core.PollRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, bodyError("poll request", err))
 		return
 	}
-	out, err := h.e.Poll(r.Context(), p, req)
+	out, err := h.e.Poll(core.WithOrigin(r.Context(), origin), p, req)
 	if err != nil {
 		te := core.ErrorFor(err)
 		writeError(w, statusFor(te.Code), te)

@@ -9,7 +9,10 @@ import (
 )
 
 // OriginHeader is the request header a client sets to its origin id so the
-// app's writes made for that request carry it (see core.WithOrigin).
+// app's writes made for that request carry it (see core.WithOrigin). On
+// POST <prefix>/mutate it scopes the mutation's key (an anonymous caller
+// must send it), and on POST <prefix>/changes it names the poller's device:
+// only entries of that device's writes carry their origin.
 const OriginHeader = "Tide-Origin"
 
 // PrincipalHeader is the response header of POST <prefix>/changes and POST

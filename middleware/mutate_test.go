@@ -97,6 +97,61 @@ func TestMutateOverHTTP(t *testing.T) {
 	}
 }
 
+// TestAnonymousMutationsOverHTTP: anonymous callers' keys are scoped to
+// their Tide-Origin: two of them with different origins and the same key
+// each have their own write applied (and a resend replayed), and an
+// anonymous mutation without the header is refused bad_frame, with nothing
+// run or recorded.
+func TestAnonymousMutationsOverHTTP(t *testing.T) {
+	v := newEnv(t)
+	tbl, err := core.Register(v.e, core.Resource[todo]{Table: "guestbook", Authorize: authz.Allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	if err := core.AddMutator(tbl, "sign", core.Mutator[renameArgs]{
+		Authorize: func(context.Context, authz.Principal, renameArgs) error { return nil }, // anyone, anonymous callers included
+		Run: func(ctx context.Context, tx *core.Tx, a renameArgs) error {
+			runs++
+			return tbl.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: "p7", Title: a.Title})
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UnixMilli()
+	sign := func(origin, key, id string) (int, protocol.ServerFrame) {
+		t.Helper()
+		body := fmt.Sprintf(`{"v":1,"key":%q,"resource":"guestbook","name":"sign","args":{"id":%q,"title":"hi"},"at":%d}`, key, id, at)
+		req, _ := http.NewRequest(http.MethodPost, v.srv.URL+"/tide/mutate", strings.NewReader(body))
+		if origin != "" {
+			req.Header.Set(middleware.OriginHeader, origin)
+		}
+		return doFrame(t, req)
+	}
+	for _, tt := range []struct {
+		name, origin, id string
+		replayed         bool
+	}{
+		{"first anonymous device", "web-4c1d9a0e6f2b7c3d8e9f0a1b2c3d4e5f", "g1", false},
+		{"second anonymous device, same key", "web-9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "g2", false},
+		{"the first device resends", "web-4c1d9a0e6f2b7c3d8e9f0a1b2c3d4e5f", "g1", true},
+	} {
+		status, f := sign(tt.origin, "k1", tt.id)
+		if status != http.StatusOK || f.Type != protocol.FrameAck || f.Replayed != tt.replayed || len(f.Entries) != 1 || f.Entries[0].Key != tt.id {
+			t.Fatalf("%s: %d %+v, want the ack of its own write %s (replayed %v)", tt.name, status, f, tt.id, tt.replayed)
+		}
+	}
+	for i := range 2 { // refused each time: nothing was recorded
+		status, f := sign("", "k2", "g3")
+		if status != http.StatusBadRequest || f.Type != protocol.FrameReject || f.Code != protocol.CodeBadFrame || f.Key != "k2" || !strings.Contains(f.Detail, "origin") {
+			t.Fatalf("anonymous without an origin, try %d: %d %+v", i, status, f)
+		}
+	}
+	if runs != 2 {
+		t.Fatalf("the mutator ran %d times, want 2", runs)
+	}
+}
+
 // TestHTTPPrincipalHeader: the polling and mutation endpoints name the
 // caller's principal in Tide-Principal, errors and rejects included, and
 // send no such header for an anonymous caller.

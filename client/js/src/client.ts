@@ -183,7 +183,8 @@ export class Client {
 
   /** @internal */ async start_(storeP: Promise<Store>) {
     const store = (this.store_ = await storeP);
-    this.origin_ = this.o_.origin ?? (await store.meta("origin", () => "web-" + randomHex().slice(0, 16)))!;
+    // 128 random bits: the origin scopes the device's idempotency keys (alone, for an anonymous caller) and is never shown to anyone else.
+    this.origin_ = this.o_.origin ?? (await store.meta("origin", () => "web-" + randomHex()))!;
     this.maxFrame_ = Number(await store.meta("max_frame_bytes")) || DEFAULT_MAX_FRAME;
     if (typeof BroadcastChannel !== "undefined" && !this.closed_) {
       this.bc_ = new BroadcastChannel("tide:" + this.dbName_());
@@ -897,9 +898,13 @@ export class Client {
     }
   }
 
-  /** @internal A polling request; principal is the response's Tide-Principal ("" when anonymous). */
-  async post_(path: string, body: unknown, headers: { [k: string]: string } = {}): Promise<{ status: number; frame: ServerFrame; principal: string }> {
-    const res = await (this.o_.fetch ?? fetch)(this.base_ + path, { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json", ...headers }, body: JSON.stringify(body) });
+  /**
+   * @internal A polling request; principal is the response's Tide-Principal ("" when anonymous). Every request names the
+   * device's origin: a mutation is scoped and tagged by it, and a poll gets the origin only on the entries this device wrote.
+   */
+  async post_(path: string, body: unknown): Promise<{ status: number; frame: ServerFrame; principal: string }> {
+    const headers = { "Content-Type": "application/json", "Tide-Origin": this.origin_ };
+    const res = await (this.o_.fetch ?? fetch)(this.base_ + path, { method: "POST", credentials: "same-origin", headers, body: JSON.stringify(body) });
     return { status: res.status, principal: res.headers.get("Tide-Principal") ?? "", frame: decodeServerFrame(await res.text()) };
   }
 }

@@ -93,7 +93,7 @@ export async function postAll(c: Client) {
     if (!(await whoami(c))) return; // another session: the queue was the previous principal's, and is gone
     for (const it of [...c.replica_.log_].sort((a, b) => a.seq - b.seq)) {
       if (it.acked) continue;
-      const { frame } = await c.post_("/mutate", frameOf(it), { "Tide-Origin": c.origin_ });
+      const { frame } = await c.post_("/mutate", frameOf(it));
       await (c.chain_ = c.chain_.then(() => (frame.type === "ack" || frame.type === "reject" ? c.handle_(frame, c.conn_) : undefined)));
     }
   } catch (e) {

@@ -147,11 +147,11 @@ test("the user option: a database per user, rows shown before the socket opens",
 
 test("polling: the Tide-Principal header binds the store before anything is shown or posted", async () => {
   const { store, queued } = await alicesStore();
-  const posted: { path: string; body: { [k: string]: unknown } }[] = [];
+  const posted: { path: string; body: { [k: string]: unknown }; origin?: string }[] = [];
   const fetch = async (url: string | URL | Request, init?: RequestInit) => {
     const path = new URL(String(url)).pathname.replace("/tide", "");
     const body = JSON.parse(String(init?.body)) as { [k: string]: unknown };
-    posted.push({ path, body });
+    posted.push({ path, body, origin: (init?.headers as { [k: string]: string } | undefined)?.["Tide-Origin"] });
     const frame = path === "/mutate" ? { v: 1, type: "ack", key: body.key, cursor: "1.F.1", entries: [] } : body.resource ? { v: 1, type: "changes", cursor: "1.F.1", entries: [] } : { v: 1, type: "error", code: "bad_frame", message: "no resource" };
     return new Response(JSON.stringify(frame), { status: 200, headers: { "Tide-Principal": "bob" } });
   };
@@ -165,6 +165,10 @@ test("polling: the Tide-Principal header binds the store before anything is show
   assert.ok(!posted.some((p) => p.path === "/mutate" && p.body.key === queued), "alice's queue was not posted");
   assert.ok(!s.getSnapshot().byKey.has("secret"));
   assert.equal(await store.meta("principal"), "bob");
+  // Every request names the device: its own writes' entries come with their origin, and an anonymous session's mutations are scoped by it.
+  const origin = await store.meta("origin");
+  assert.ok(origin);
+  for (const p of posted) assert.equal(p.origin, origin, `${p.path} names the device's origin`);
   cl.close();
 });
 

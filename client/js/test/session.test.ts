@@ -14,7 +14,7 @@ test("session: hello with build and a persisted origin, subscribe, snapshot, cau
   assert.equal(ws.url, "ws://app.test/tide/ws");
   const hello = await until("hello", () => ws.of("hello")[0]);
   assert.equal(hello.build, "web-1");
-  assert.match(hello.origin, /^web-/);
+  assert.match(hello.origin, /^web-[0-9a-f]{32}$/, "128 random bits: the origin is never shown to others and scopes an anonymous device's keys");
   assert.equal(await store.meta("origin", () => "other"), hello.origin, "the origin is stored");
   ws.push(welcome);
   const sub = await until("subscribe", () => ws.of("subscribe")[0]);

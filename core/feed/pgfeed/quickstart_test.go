@@ -81,7 +81,7 @@ func TestQuickStart(t *testing.T) {
 		srv := httptest.NewServer(handler)
 		defer srv.Close()
 		c := tidetest.Dial(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/tide/ws")
-		c.Hello(protocol.ClientFrame{})
+		c.Hello(protocol.ClientFrame{Origin: "device-1"}) // the request's device: its writes' entries name it
 		c.Subscribe("s", "todos", map[string]any{"project_id": "p7"})
 		c.Expect(protocol.FrameCaughtUp)
 		if _, err := tx.Exec(ctx, "INSERT INTO todos (id, project_id, title) VALUES ('t1', 'p7', 'ship it')"); err != nil {
