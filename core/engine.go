@@ -243,12 +243,16 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	e.mu.Unlock()
+	// At once, not one after another: a peer slow to take its close frame
+	// holds up only its own.
+	var closing sync.WaitGroup
 	for _, c := range conns {
-		c.closeWith(protocol.CloseDrain, "server draining")
+		closing.Go(func() { c.closeWith(protocol.CloseDrain, "server draining") })
 	}
 	e.cancel()
 	done := make(chan struct{})
 	go func() {
+		closing.Wait()
 		e.wg.Wait()
 		close(done)
 	}()
@@ -256,6 +260,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		for _, c := range conns {
+			c.kill() // a close frame still waiting on its peer fails at once
+		}
 		e.mu.RLock()
 		for c := range e.conns {
 			c.kill()

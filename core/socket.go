@@ -142,7 +142,10 @@ func (c *conn) handleOffStack(frame []byte) {
 
 // closeWith starts the close handshake: it discards queued frames, sends a
 // close frame with code, and gives the peer closeGrace to answer before the
-// reader gives up. Only the first call has an effect.
+// reader gives up. Only the first call has an effect. The close frame may
+// wait behind everything the kernel already holds for the peer (a client
+// closed for backpressure is behind by definition), so it gets what any
+// write gets, WriteTimeout; a peer that takes nothing for that long is cut.
 func (c *conn) closeWith(code protocol.CloseCode, reason string) {
 	c.mu.Lock()
 	if c.closing {
@@ -153,7 +156,7 @@ func (c *conn) closeWith(code protocol.CloseCode, reason string) {
 	c.out.discard()
 	c.mu.Unlock()
 	c.e.cfg.Observer.CloseSent(code)
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(c.e.cfg.WriteTimeout)
 	if err := c.writeControl(websocket.CloseMessage, websocket.FormatCloseMessage(int(code), reason), deadline); err != nil {
 		c.kill()
 		return
