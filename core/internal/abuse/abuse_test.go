@@ -117,7 +117,7 @@ func newServer(t *testing.T) *server {
 	}
 	s := &server{e: e, gate: make(chan struct{})}
 	put := func(ctx context.Context, tx *core.Tx, a putArgs) error {
-		return todos.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: a.ProjectID, Title: a.Title})
+		return todos.UpsertTx(ctx, tx, todo(a))
 	}
 	must := func(err error) {
 		t.Helper()
