@@ -109,7 +109,9 @@ func (fc *fclient) onEvent(e client.Event) {
 	eventMu.Lock()
 	defer eventMu.Unlock()
 	fc.events[e.Kind]++
-	if e.Kind == client.EventMutationRejected && e.Code != protocol.CodeUnavailable && e.Code != protocol.CodeDraining {
+	// unavailable, draining and rate_limited are answered with a resend,
+	// not a rollback: only the other codes reject a mutation for good.
+	if e.Kind == client.EventMutationRejected && e.Code != protocol.CodeUnavailable && e.Code != protocol.CodeDraining && e.Code != protocol.CodeRateLimited {
 		fc.rejected[e.Key] = string(e.Code)
 	}
 }
