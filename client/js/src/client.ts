@@ -821,14 +821,24 @@ export class Client {
     this.send_({ type: "subscribe", id: s.sub_, ...names(s), conditions: s.conditions && Object.keys(s.conditions).length ? s.conditions : undefined, cursor: cursor || undefined });
   }
 
-  /** @internal Sends the unanswered mutations in seq order (after the subscriptions). */
+  /**
+   * @internal Sends the unanswered mutations in seq order (after the
+   * subscriptions), at most 32 awaiting an answer at a time: a long offline
+   * queue must not exceed the frames the server takes at once, which it
+   * would drop unanswered. Each answer sends the next.
+   */
   flush_() {
     if (this.status.s_.transport === "poll") return void postAll(this);
     if (!this.welcomed_) return;
+    let n = 0;
     for (const it of [...this.replica_.log_].sort((a, b) => a.seq - b.seq)) {
-      if (it.acked || this.sent_.has(it.key)) continue;
-      this.sent_.add(it.key);
-      this.send_(frameOf(it));
+      if (it.acked) continue;
+      if (!this.sent_.has(it.key)) {
+        if (n >= 32) break;
+        this.sent_.add(it.key);
+        this.send_(frameOf(it));
+      }
+      n++;
     }
   }
 
@@ -844,6 +854,7 @@ export class Client {
     this.refresh_();
     this.pending_();
     this.settle_();
+    this.flush_();
   }
 
   /** @internal A refusal of a queued mutation (a reject, or settled here): rolled back in every tab. */
@@ -863,6 +874,7 @@ export class Client {
     this.finish_(key, err);
     this.refresh_();
     this.pending_();
+    this.flush_();
   }
 
   /** @internal */ async onError_(f: { id?: string; code: string; message: string; detail?: string }) {

@@ -109,3 +109,20 @@ test("a reject rate_limited (too many of this user's mutations wait on the serve
   assert.equal((await m.result).key, m.key);
   cl.close();
 });
+
+test("a long offline queue is sent 32 mutations at a time, each answer sending the next: the server would drop frames beyond its burst unanswered", async () => {
+  const { cl } = client();
+  const ms = Array.from({ length: 100 }, (_, i) => cl.mutate("todos", "put", { id: `q${i}` }));
+  await Promise.all(ms.map((m) => m.queued));
+  const ws = await welcomed();
+  await until("the first 32 sent", () => ws.of("mutate").length === 32);
+  for (const [i, m] of ms.entries()) {
+    const sent = ws.of("mutate");
+    assert.ok(sent.length <= i + 32, `${sent.length} sent with ${i} answered`);
+    await until(`mutation ${i} sent`, () => ws.of("mutate").some((f) => f.key === m.key));
+    ws.push({ type: "ack", key: m.key, cursor: `1.E.${i + 2}`, entries: [] });
+    await m.result;
+  }
+  assert.deepEqual(ws.of("mutate").map((f) => f.key), ms.map((m) => m.key), "each sent once, in order");
+  cl.close();
+});
