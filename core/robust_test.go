@@ -417,6 +417,47 @@ func codesUntilPolicyClose(t *testing.T, c *wsClient) []protocol.Code {
 	}
 }
 
+// TestRateLimitedMutationsAnswered: a mutate frame the frame rate refuses
+// is answered reject rate_limited for its key (its client waits for an
+// answer to that key, and resends it later), not dropped unanswered; every
+// key gets exactly one answer.
+func TestRateLimitedMutationsAnswered(t *testing.T) {
+	s := newServer(t, core.Config{FrameRate: 1, FrameBurst: 5})
+	c := s.dial(t, "u", "p7")
+	c.hello()
+	const n = 12 // below the 4×FrameBurst refused frames that close
+	for i := range n {
+		c.send(fmt.Sprintf(`{"v":1,"type":"mutate","key":"k%02d","resource":"todos","name":"nope","args":{},"at":1764590000000}`, i))
+	}
+	answers := map[string]protocol.Code{}
+	limited := 0
+	for len(answers) < n {
+		_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		data, err := readMessage(c.ws)
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(answers), err)
+		}
+		f, _ := protocol.DecodeServerFrame(data)
+		if f.Type != protocol.FrameReject {
+			t.Fatalf("want a reject per mutation, got %s %s", f.Type, f.Code)
+		}
+		if _, dup := answers[f.Key]; dup {
+			t.Fatalf("key %s answered twice", f.Key)
+		}
+		answers[f.Key] = f.Code
+		switch f.Code {
+		case protocol.CodeRateLimited:
+			limited++
+		case protocol.CodeUnknownMutator:
+		default:
+			t.Fatalf("key %s: code %s", f.Key, f.Code)
+		}
+	}
+	if limited == 0 {
+		t.Fatalf("no mutation was rate limited: %v", answers)
+	}
+}
+
 // TestRateLimitOversized: frames above MaxFrameBytes count against the
 // rate like any other (each costs the server a read and an answer): a
 // flood of them gets the burst's frame_too_large answers, then

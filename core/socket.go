@@ -54,8 +54,15 @@ func (c *conn) readLoop() {
 			// Before the size check: an oversized frame costs the server
 			// its read and an answer, so it counts like any other.
 			// One error per refused run, not one per frame: the answer
-			// must not become a flood of its own.
-			if c.limiter.refused == 1 {
+			// must not become a flood of its own. A mutation is the
+			// exception: its client waits for an answer to its key, so it
+			// is told to resend that one later (at most 4×FrameBurst such
+			// answers before the connection is closed).
+			if typ, key, ok := protocol.ScanFrameKey(buf); ok && key != "" && typ == protocol.FrameMutate && c.helloDone {
+				c.e.stats.mutationsRejected.Add(1)
+				c.e.cfg.Observer.Mutated("", "", protocol.CodeRateLimited, 0)
+				c.sendFrame(protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), presentReject(protocol.Errorf(protocol.CodeRateLimited, "more than %d frames per second; resend later with the same key", cfg.FrameRate))))
+			} else if c.limiter.refused == 1 {
 				c.sendError("", protocol.Errorf(protocol.CodeRateLimited, "more than %d frames per second; frames are being dropped", cfg.FrameRate))
 			}
 			if c.limiter.refused > 4*cfg.FrameBurst {
