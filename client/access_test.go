@@ -9,6 +9,8 @@ import (
 	"errors"
 	"net/http"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -186,5 +188,124 @@ func TestRevokedConnectionDropsEveryScopesData(t *testing.T) {
 	}
 	if r := storedRecord(t, path, p1); len(r.Rows) != 0 || r.Cursor != "" || r.State != StateFailed {
 		t.Errorf("stored record after the refusal: %+v", r)
+	}
+}
+
+// TestSessionLostOnTheServer: the app's server-side sessions are lost (a
+// restart, say) while the client is connected; after it reconnects, its
+// subscription is refused as unauthenticated. A client that can renew its
+// credentials (HeaderFunc) reports the refusal, reconnects with the
+// renewed session and resumes, and Run goes on; one that cannot (a static
+// cookie in Header) reports it and Run ends with an error wrapping
+// ErrCredentialsRefused and the refusal, instead of running on with the
+// scope failed.
+func TestSessionLostOnTheServer(t *testing.T) {
+	for _, renewable := range []bool{false, true} {
+		t.Run(map[bool]string{false: "static cookie", true: "HeaderFunc"}[renewable], func(t *testing.T) {
+			ctx := testCtx(t)
+			// The app: a long-lived user cookie names the principal, a
+			// session cookie must name a live server-side session.
+			var mu sync.Mutex
+			sessions := map[string]bool{"s1": true}
+			cookie := "user=alice; session=s1"
+			principal := func(r *http.Request) (authz.Principal, error) {
+				p := authz.Principal{Claims: map[string]any{}}
+				if c, err := r.Cookie("user"); err == nil {
+					p.ID = c.Value
+				}
+				if c, err := r.Cookie("session"); err == nil {
+					p.Claims["session"] = c.Value
+				}
+				return p, nil
+			}
+			policy := func(_ context.Context, req authz.Request) error {
+				sid, _ := req.Principal.Claims["session"].(string)
+				mu.Lock()
+				defer mu.Unlock()
+				if !sessions[sid] {
+					return authz.ErrUnauthenticated
+				}
+				return nil
+			}
+			srv := newRealServerWith(t, core.Config{}, policy, middleware.WithPrincipal(principal))
+			srv.upsert(t, ctx, todo{ID: "t1", ProjectID: "p1", Title: "one"})
+			cfg := Config{URL: srv.url}
+			if renewable {
+				cfg.HeaderFunc = func(context.Context) (http.Header, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					return http.Header{"Cookie": {cookie}}, nil
+				}
+				cfg.OnEvent = func(e Event) {
+					if e.Kind == EventServerError && e.Code == protocol.CodeUnauthenticated {
+						// The app signs in again.
+						mu.Lock()
+						sessions["s2"], cookie = true, "user=alice; session=s2"
+						mu.Unlock()
+					}
+				}
+			} else {
+				cfg.Header = http.Header{"Cookie": {cookie}}
+			}
+			c, events := newTestClient(t, cfg)
+			sub, err := c.Sync(p1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := start(t, c)
+			if err := sub.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			mu.Lock()
+			clear(sessions)
+			mu.Unlock()
+			c.Reconnect()
+			events.wait(ctx, t, "the refusal reported", func(es []Event) bool {
+				for _, e := range es {
+					if e.Kind == EventServerError && e.Code == protocol.CodeUnauthenticated && e.Scope.String() == p1.String() {
+						return true
+					}
+				}
+				return false
+			})
+
+			if renewable {
+				// Reconnected with the renewed session: live again, Run on.
+				events.wait(ctx, t, "a reconnect after the refusal", func(es []Event) bool {
+					for _, e := range es {
+						if e.Kind == EventDisconnected && e.Err != nil && strings.Contains(e.Err.Error(), "reconnecting with fresh credentials") {
+							return true
+						}
+					}
+					return false
+				})
+				waitState(ctx, t, sub, SubLive)
+				if rows := sub.Rows(); len(rows) != 1 {
+					t.Errorf("rows after the renewed session: %v", rows)
+				}
+				select {
+				case err := <-h.done:
+					t.Fatalf("Run returned %v; want it running", err)
+				default:
+				}
+				return
+			}
+			err = h.result(ctx, t)
+			var pe *protocol.Error
+			if !errors.Is(err, ErrCredentialsRefused) || !errors.As(err, &pe) || pe.Code != protocol.CodeUnauthenticated {
+				t.Fatalf("Run = %v, want an error wrapping ErrCredentialsRefused and the unauthenticated refusal", err)
+			}
+			last := events.all()[len(events.all())-1]
+			if last.Kind != EventDisconnected || !errors.Is(last.Err, ErrCredentialsRefused) {
+				t.Errorf("the last event is %s, want disconnected with the error Run returned", last)
+			}
+			if pe := waitFailed(ctx, t, sub); pe.Code != protocol.CodeUnauthenticated {
+				t.Errorf("the scope's refusal %v, want unauthenticated", pe)
+			}
+			if rows := sub.Rows(); len(rows) != 0 {
+				t.Errorf("the refused scope kept its rows: %v", rows)
+			}
+		})
 	}
 }

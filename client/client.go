@@ -26,10 +26,12 @@ import (
 // subscriptions across its connections may be at the server's bound)
 // resubscribe on the same connection
 // after a full-jitter backoff that grows with each consecutive failure of
-// that scope (and resets when it catches up); any other code (forbidden,
-// unauthenticated, unknown_resource, invalid_conditions, ...) leaves the
-// scope unsubscribed on that connection and marks its record failed — it
-// is tried again on the next connection, or at once by
+// that scope (and resets when it catches up); unauthenticated reconnects
+// with fresh credentials (Config.Token, Config.HeaderFunc), or ends Run
+// with an error wrapping ErrCredentialsRefused if the client has neither;
+// any other code (forbidden, unknown_resource, invalid_conditions, ...)
+// leaves the scope unsubscribed on that connection and marks its record
+// failed — it is tried again on the next connection, or at once by
 // Subscription.Retry, since access or the server may have changed. A scope
 // refused for access (forbidden, unauthenticated) also loses its rows and
 // its cursor, in memory and in the store, before its state says failed:
@@ -157,7 +159,9 @@ func (c *Client) Origin() string { return c.cfg.Origin }
 // with 1008 or 4000 (not retried; after 1008 every scope's rows and cursor
 // leave memory and the store, as access ended); an error wrapping
 // ErrOtherPrincipal when the welcome names another principal than the
-// store's (nothing was subscribed or sent); or ErrRunning if Run is
+// store's (nothing was subscribed or sent); an error wrapping
+// ErrCredentialsRefused when a subscription is refused as unauthenticated
+// and the client cannot renew its credentials; or ErrRunning if Run is
 // already active. Run may be called again after it returns. When it
 // starts it resumes the scopes the store records as followed (see
 // Resume).
@@ -240,9 +244,23 @@ func (c *Client) definitive(res sessionResult) bool {
 	if res.closeCode == 0 || res.closeCode.Reconnect() {
 		return false
 	}
-	renewable := c.cfg.Token != nil || c.cfg.HeaderFunc != nil
-	return res.closeCode != protocol.ClosePolicy || !renewable || !res.welcomed
+	return res.closeCode != protocol.ClosePolicy || !c.renewable() || !res.welcomed
 }
+
+// renewable reports whether the client can renew its credentials for the
+// next connection: it has Config.Token or Config.HeaderFunc.
+func (c *Client) renewable() bool { return c.cfg.Token != nil || c.cfg.HeaderFunc != nil }
+
+// ErrCredentialsRefused is wrapped by the error Run returns when the server
+// refuses a subscription as unauthenticated and the client cannot renew its
+// credentials (it has neither Config.Token nor Config.HeaderFunc): a static
+// session cookie in Config.Header that the server no longer accepts (its
+// sessions were lost in a restart, say). The error also wraps the
+// refusal, a *protocol.Error with code unauthenticated; the refused
+// scope's rows and cursor are gone, as after any refusal for access. Sign
+// in again and run a client with the new credentials (or give it
+// Config.HeaderFunc, so it renews them itself).
+var ErrCredentialsRefused = errors.New("client: the server refused the client's credentials, and the client cannot renew them (it has neither Config.Token nor Config.HeaderFunc)")
 
 // Reconnect drops the current connection, as a network failure would; the
 // client then reconnects with backoff and resumes every scope from its

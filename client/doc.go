@@ -189,11 +189,15 @@
 //
 // # Failure modes
 //
-// Run returns only when its context ends or on a definitive refusal, as a
-// *CloseError: close 4000 (version skew: update the client), or close 1008
-// (policy) when the client cannot renew its credentials — it has neither
-// Config.Token nor Config.HeaderFunc, or credentials obtained for that very
-// connection were refused before welcome. Everything else is retried:
+// Run returns only when its context ends or on a definitive refusal: a
+// *CloseError for close 4000 (version skew: update the client), or for close
+// 1008 (policy) when the client cannot renew its credentials — it has
+// neither Config.Token nor Config.HeaderFunc, or credentials obtained for
+// that very connection were refused before welcome; and an error wrapping
+// ErrCredentialsRefused when a subscription is refused as unauthenticated
+// and the client cannot renew its credentials (a static session cookie in
+// Config.Header that the server no longer accepts). Everything else is
+// retried:
 //
 //   - The token function failing, for hello or for a refresh, is retried
 //     with backoff (EventTokenError); so is a token identical to the one in
@@ -204,7 +208,9 @@
 //   - A subscription the server refuses shows in Subscription.State
 //     (SubFailed) and Err (the *protocol.Error with its code, message and
 //     detail); Wait returns it. unauthenticated, with Token or HeaderFunc
-//     set, reconnects with fresh credentials; other codes are tried again
+//     set, reconnects with fresh credentials (EventServerError, then
+//     EventDisconnected, at each refusal), and without them ends Run
+//     (above); other codes are tried again
 //     on the next connection, or at once by Subscription.Retry. See Client
 //     for each code.
 //   - A welcome naming another principal than the store's ends Run with

@@ -578,12 +578,23 @@ func (s *session) serverError(ctx context.Context, f protocol.ServerFrame) {
 		if err != nil {
 			s.storeError(st, err)
 		}
-		if f.Code == protocol.CodeUnauthenticated && (c.cfg.HeaderFunc != nil || c.cfg.Token != nil) {
-			// The session or token may have ended (a server restart lost
-			// the app's sessions): reconnect with fresh credentials, with
-			// a backoff that grows while the refusals last.
+		if f.Code == protocol.CodeUnauthenticated {
 			c.emit(ev)
-			s.abort(fmt.Errorf("client: subscription of %s refused: %s; reconnecting with fresh credentials", st.scope, f.Code), true)
+			if c.renewable() {
+				// The session or token may have ended (a server restart
+				// lost the app's sessions): reconnect with fresh
+				// credentials, with a backoff that grows while the
+				// refusals last.
+				s.abort(fmt.Errorf("client: subscription of %s refused: %s; reconnecting with fresh credentials", st.scope, f.Code), true)
+				return
+			}
+			// Credentials the client cannot renew were refused: nothing
+			// changes until the app signs in again, so Run ends and says
+			// so rather than keep running with the scope failed.
+			err := fmt.Errorf("%w: subscription of %s: %w", ErrCredentialsRefused, st.scope, serverErr(f))
+			c.log.Error("tide client: the server refused the client's credentials; stopping", "err", err)
+			s.stop = err
+			s.abort(err, false)
 			return
 		}
 	}

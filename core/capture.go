@@ -49,7 +49,7 @@ func (e *Engine) startErr() (<-chan struct{}, error) {
 }
 
 // notMigratedHint is logged when the feed is not installed.
-const notMigratedHint = "tide: the change feed is not installed: run its migration before serving (with Postgres: feed.Migrate(ctx, engine.Schemas()...) after registering every resource, or tide.Open, which does both); subscriptions are refused with not_migrated until then"
+const notMigratedHint = "the change feed is not installed: run its migration before serving (with Postgres: feed.Migrate(ctx, engine.Schemas()...) after registering every resource, or tide.Open, which does both); subscriptions are refused with not_migrated until then"
 
 // Ready reports whether the engine serves subscriptions: nil once its
 // tailer reads the feed, otherwise why not. The error wraps

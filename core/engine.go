@@ -50,6 +50,9 @@ type Engine struct {
 	ready   chan struct{} // closed once the tailer knows its start position
 	wg      sync.WaitGroup
 	stats   counters
+
+	retries retryLog                                        // which retried failures are logged (retrylog.go)
+	sleep   func(ctx context.Context, d time.Duration) bool // tests: replaces protocol.Sleep in retryWait
 }
 
 // ErrDraining is returned once Shutdown has begun.
@@ -214,13 +217,6 @@ func (e *Engine) awaitReady(ctx context.Context) error {
 			return ErrDraining
 		}
 	}
-}
-
-// backoff logs err and waits a jittered, exponentially growing delay
-// (capped at 5 s). It reports false if ctx ended.
-func (e *Engine) backoff(ctx context.Context, attempt int, what string, err error) bool {
-	e.cfg.Logger.Error("tide: feed "+what+" failed; retrying", "err", err, "attempt", attempt)
-	return protocol.Sleep(ctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second))
 }
 
 // Draining reports whether Shutdown has begun.

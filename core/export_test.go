@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetAdvanceWait sets how often a connection waiting to advance its
 // subscriptions past an acknowledged write checks that it is still open,
@@ -10,3 +13,8 @@ func SetAdvanceWait(t interface{ Cleanup(func()) }, d time.Duration) {
 	advanceWait = d
 	t.Cleanup(func() { advanceWait = old })
 }
+
+// SetRetrySleep replaces the wait between the retries of the engine's
+// background loops (protocol.Sleep), so a test drives them without waiting.
+// Call it before the engine starts.
+func SetRetrySleep(e *Engine, sleep func(ctx context.Context, d time.Duration) bool) { e.sleep = sleep }

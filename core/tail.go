@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
@@ -27,18 +26,9 @@ func (e *Engine) tailLoop() {
 				break
 			}
 		}
-		if errors.Is(err, feed.ErrNotInstalled) {
-			if attempt%12 == 0 { // then about once a minute
-				e.cfg.Logger.Error(notMigratedHint, "err", err, "attempt", attempt)
-			}
-			e.setStartErr(err) // after the log: a refused subscriber finds the hint there
-			if !protocol.Sleep(ctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
-				return
-			}
-			continue
-		}
-		e.setStartErr(err)
-		if !e.backoff(ctx, attempt, "head", err) {
+		e.logRetry("head", err, attempt)
+		e.setStartErr(err) // after the log: a refused subscriber finds the hint there
+		if !e.retryWait(ctx, attempt) {
 			return
 		}
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 // ErrMismatch is wrapped by the error Migrate returns when a resource's
-// declaration does not fit its table: a column the table lacks, a field
+// declaration does not fit its table: a table that does not exist, a
+// column the table lacks, a field
 // whose Go type cannot hold the column's values, or a key column that is
 // neither the table's primary key nor covered alone by a unique index.
 // Migrate then changes nothing.
@@ -40,10 +41,7 @@ JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_catalog.pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableIdent(s.Table))
 	if err != nil {
-		if isUndefinedTable(err) {
-			return fmt.Errorf("%s: table %s does not exist: %w", declName(s), s.Table, ErrMismatch)
-		}
-		return f.wrap("migrate: read columns of "+s.Table, err)
+		return readColumnsError(ctx, q, s, err)
 	}
 	cols := map[string]catalogColumn{}
 	for rows.Next() {
@@ -51,12 +49,14 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableI
 		var c catalogColumn
 		if err := rows.Scan(&name, &c.typ, &c.base, &c.category, &c.scale, &c.unique); err != nil {
 			rows.Close()
-			return f.wrap("migrate: read columns of "+s.Table, err)
+			return readColumnsError(ctx, q, s, err)
 		}
 		cols[name] = c
 	}
 	if err := rows.Err(); err != nil {
-		return f.wrap("migrate: read columns of "+s.Table, err)
+		// The server reports a missing table here, when the rows are
+		// read, not when the query is sent.
+		return readColumnsError(ctx, q, s, err)
 	}
 	var problems []string
 	for i, d := range s.Columns {
@@ -77,6 +77,57 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableI
 	}
 	return nil
 }
+
+// readColumnsError describes err, the failure to read the columns of s's
+// table, for Migrate (which prefixes "pgfeed: migrate "): a missing table
+// is named as Postgres looked for it, with what to do (see
+// missingTableError); any other failure names the resource and the table.
+func readColumnsError(ctx context.Context, q querier, s *feed.Schema, err error) error {
+	if isUndefinedTable(err) {
+		return missingTableError(ctx, q, s)
+	}
+	return fmt.Errorf("%s: read the columns of table %s: %w", declName(s), s.Table, err)
+}
+
+// missingTableError is the error for a resource whose table does not
+// exist. It wraps ErrMismatch (Migrate changed nothing), and names the
+// table as Postgres looked for it: a Table without a schema is looked up in
+// each schema of the connection's search_path, which it lists, since a
+// table created in another schema than the app's connections search is a
+// common cause.
+func missingTableError(ctx context.Context, q querier, s *feed.Schema) error {
+	msg := fmt.Sprintf("%s: table %s does not exist", declName(s), s.Table)
+	if !strings.Contains(s.Table, ".") {
+		var searched []string
+		read := false
+		if rows, err := q.Query(ctx, "SELECT pg_catalog.current_schemas(false)::text[]"); err == nil {
+			for rows.Next() {
+				read = rows.Scan(&searched) == nil
+			}
+			rows.Close()
+		}
+		names := make([]string, len(searched))
+		for i, sch := range searched {
+			names[i] = sch + "." + s.Table
+		}
+		switch {
+		case !read:
+		case len(names) == 0:
+			msg += " (the connection's search_path names no existing schema to look in)"
+		default:
+			msg += " (looked for " + strings.Join(names, ", ") + ", from the connection's search_path)"
+		}
+	}
+	return &noTableError{msg: msg + ": create the table before Migrate, or check the resource's Table (schema.table) and the search_path of the pool's connections"}
+}
+
+// noTableError is Migrate's error for a resource whose table is missing.
+// It wraps ErrMismatch without repeating its text, which says the
+// declaration does not match a table that is there.
+type noTableError struct{ msg string }
+
+func (e *noTableError) Error() string { return e.msg }
+func (e *noTableError) Unwrap() error { return ErrMismatch }
 
 // declName names a resource in messages: "todos (main.Todo)".
 func declName(s *feed.Schema) string {

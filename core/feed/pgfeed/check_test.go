@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidesync/tide"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/internal/testenv"
@@ -231,5 +232,53 @@ func TestMigrateMismatchChangesNothing(t *testing.T) {
 	var n int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname = $1", name+"_tide").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("tide's schema exists after a refused Migrate (%d, %v)", n, err)
+	}
+}
+
+// TestMigrateMissingTable: a resource whose table does not exist stops
+// Migrate, and tide.Open, with one error that says so, names the table as
+// Postgres looked for it (in each schema of the search_path, for a Table
+// without a schema) and says what to do; it does not suggest running
+// Migrate, which is what failed.
+func TestMigrateMissingTable(t *testing.T) {
+	t.Parallel()
+	pool, name := testenv.PostgresSchema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		table string
+		want  string // the whole error
+	}{
+		{"ghosts", "pgfeed: migrate ghosts (pgfeed_test.declString): table ghosts does not exist (looked for " + name + ".ghosts, from the connection's search_path): create the table before Migrate, or check the resource's Table (schema.table) and the search_path of the pool's connections"},
+		{name + ".ghosts", "pgfeed: migrate ghosts (pgfeed_test.declString): table " + name + ".ghosts does not exist: create the table before Migrate, or check the resource's Table (schema.table) and the search_path of the pool's connections"},
+		{name + "_none.ghosts", "pgfeed: migrate ghosts (pgfeed_test.declString): table " + name + "_none.ghosts does not exist: create the table before Migrate, or check the resource's Table (schema.table) and the search_path of the pool's connections"},
+	} {
+		register := func(e *core.Engine) error {
+			_, err := core.Register(e, core.Resource[declString]{Name: "ghosts", Table: c.table})
+			return err
+		}
+		e, err := core.New(core.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := register(e); err != nil {
+			t.Fatal(err)
+		}
+		f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide", Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.Migrate(ctx, e.Schemas()...)
+		f.Close()
+		if err == nil || err.Error() != c.want || !errors.Is(err, pgfeed.ErrMismatch) {
+			t.Errorf("Table %s: Migrate returned\n%v\nwant an error wrapping ErrMismatch:\n%s", c.table, err, c.want)
+		}
+		td, err := tide.Open(ctx, pool, tide.Config{Feed: pgfeed.Options{Schema: name + "_tide", Logger: testLogger(t)}}, register)
+		if err == nil {
+			td.Close(ctx)
+		}
+		if err == nil || err.Error() != c.want {
+			t.Errorf("Table %s: tide.Open returned\n%v\nwant\n%s", c.table, err, c.want)
+		}
 	}
 }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
@@ -81,11 +79,7 @@ func (f *Feed) columnTypes(ctx context.Context, q querier, s *feed.Schema) ([]ui
 	rows, err := q.Query(ctx, `SELECT a.attname::text, a.atttypid::int8 FROM pg_catalog.pg_attribute a
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableIdent(s.Table))
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-			return nil, fmt.Errorf("pgfeed: resource %s: table %s does not exist: %w", s.Name, s.Table, err)
-		}
-		return nil, fmt.Errorf("pgfeed: resource %s: read columns of %s: %w", s.Name, s.Table, err)
+		return nil, fmt.Errorf("pgfeed: %w", readColumnsError(ctx, q, s, err))
 	}
 	byName := map[string]uint32{}
 	for rows.Next() {
@@ -98,7 +92,7 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableI
 		byName[name] = uint32(oid)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgfeed: resource %s: read columns of %s: %w", s.Name, s.Table, err)
+		return nil, fmt.Errorf("pgfeed: %w", readColumnsError(ctx, q, s, err))
 	}
 	types := make([]uint32, len(s.Columns))
 	var missing []string

@@ -88,7 +88,7 @@ func (f *Feed) PublishRevocation(ctx context.Context, r feed.Revocation) error {
 func (f *Feed) WatchRevocations(ctx context.Context, fn func(r feed.Revocation, initial bool)) error {
 	last, err := f.readRevocations(ctx, f.pool, 0, func(r feed.Revocation) { fn(r, true) })
 	if err != nil {
-		return f.wrap("read revocations", err)
+		return f.notInstalled("read revocations", err)
 	}
 	return f.goWatch(ctx, func(wctx context.Context) { f.watchRevocations(wctx, last, fn) })
 }

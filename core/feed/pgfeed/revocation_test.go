@@ -2,11 +2,14 @@ package pgfeed_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/internal/testenv"
 )
 
 // TestRevocations: published revocations reach every watcher in order,
@@ -85,5 +88,25 @@ func TestRevocations(t *testing.T) {
 	case g := <-onB:
 		t.Fatalf("delivered again: %+v", g)
 	default:
+	}
+}
+
+// TestWatchRevocationsBeforeMigrate: before Migrate, WatchRevocations
+// fails with an error wrapping feed.ErrNotInstalled, so the engine's log
+// tells the operator to run the migration instead of reporting a missing
+// table.
+func TestWatchRevocationsBeforeMigrate(t *testing.T) {
+	t.Parallel()
+	pool, name := testenv.PostgresSchema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = f.WatchRevocations(ctx, func(feed.Revocation, bool) {})
+	if !errors.Is(err, feed.ErrNotInstalled) || !strings.Contains(err.Error(), "call Migrate") {
+		t.Fatalf("WatchRevocations before Migrate: %v, want an error wrapping feed.ErrNotInstalled that says to call Migrate", err)
 	}
 }
