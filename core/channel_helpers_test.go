@@ -97,13 +97,9 @@ func channelCluster(t testing.TB, kind string, n int, cc core.ChannelConfig) []*
 		// database is shared); each engine still listens to the broadcasts
 		// on a connection of its own, so they cross Postgres.
 		pool, schema := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
-		f, err := pgfeed.New(pool, pgfeed.Options{Schema: schema + "_tide", Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
+		f := newPgFeed(t, pool, schema, pgfeed.Options{Logger: quiet})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err = f.Migrate(ctx)
+		err := f.Migrate(ctx)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -303,11 +303,7 @@ func TestSnapshotCursorsMoveBetweenNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := func() *cursorNode {
-		f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
+		f := newPgFeed(t, pool, name, pgfeed.Options{})
 		n := newCursorNode(t, f)
 		if err := f.Migrate(context.Background(), n.e.Schemas()...); err != nil {
 			t.Fatal(err)
@@ -385,11 +381,7 @@ func TestForgedCursorsAreRefusedQuietly(t *testing.T) {
 	if _, err := pool.Exec(context.Background(), "CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, owner text NOT NULL, private boolean NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := newPgFeed(t, pool, name, pgfeed.Options{})
 	log := &errorLog{}
 	n := newCursorNodeOf(t, core.Config{Feed: f, Logger: slog.New(log)}, projects)
 	if err := f.Migrate(context.Background(), n.e.Schemas()...); err != nil {

@@ -124,12 +124,7 @@ func grantFeeds(t testing.TB, backend string) (feed.Feed, *pgxpool.Pool) {
 	if _, err := pool.Exec(context.Background(), "CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, title text NOT NULL, done boolean NOT NULL DEFAULT false)"); err != nil {
 		t.Fatal(err)
 	}
-	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f, pool
+	return newPgFeed(t, pool, name, pgfeed.Options{}), pool
 }
 
 // token mints a token for alice, member of p1 and p2 by her claims,

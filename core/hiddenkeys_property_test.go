@@ -95,11 +95,7 @@ func testHiddenKeys(t *testing.T, seed uint64, backend string, narrow bool) {
 		if _, err := pool.Exec(context.Background(), "CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, owner text NOT NULL, private boolean NOT NULL)"); err != nil {
 			t.Fatal(err)
 		}
-		var err error
-		if pf, err = pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide"}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pf.Close() })
+		pf = newPgFeed(t, pool, name, pgfeed.Options{})
 		cfg.Feed = pf
 	}
 	e, err := core.New(cfg)
