@@ -18,3 +18,7 @@ func SetAdvanceWait(t interface{ Cleanup(func()) }, d time.Duration) {
 // background loops (protocol.Sleep), so a test drives them without waiting.
 // Call it before the engine starts.
 func SetRetrySleep(e *Engine, sleep func(ctx context.Context, d time.Duration) bool) { e.sleep = sleep }
+
+// AwaitReady waits until the engine serves subscriptions (its tailer reads
+// the feed), or ctx ends.
+func AwaitReady(ctx context.Context, e *Engine) error { return e.awaitReady(ctx) }

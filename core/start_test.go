@@ -38,8 +38,15 @@ func TestStartWithoutClients(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the tailer did not start")
 	}
+	// The tailer starts before the engine is ready (it then reads the
+	// feed's epoch and keys): wait for that, without a client.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := core.AwaitReady(ctx, e); err != nil {
+		t.Fatalf("not ready after the tailer started: %v", err)
+	}
 	if err := e.Ready(); err != nil {
-		t.Errorf("Ready after the tailer started: %v", err)
+		t.Errorf("Ready once ready: %v", err)
 	}
 	if n := e.Stats().TailStarts; n != 1 {
 		t.Errorf("TailStarts = %d, want 1", n)
