@@ -58,11 +58,8 @@ func (c *conn) readLoop() {
 			// exception: its client waits for an answer to its key, so it
 			// is told to resend that one later (at most 4×FrameBurst such
 			// answers before the connection is closed).
-			if typ, key, ok := protocol.ScanFrameKey(buf); ok && key != "" && typ == protocol.FrameMutate && c.helloDone {
-				c.e.stats.mutationsRejected.Add(1)
-				c.e.cfg.Observer.Mutated("", "", protocol.CodeRateLimited, 0)
-				c.sendFrame(protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), presentReject(protocol.Errorf(protocol.CodeRateLimited, "more than %d frames per second; resend later with the same key", cfg.FrameRate))))
-			} else if c.limiter.refused == 1 {
+			limited := presentReject(protocol.Errorf(protocol.CodeRateLimited, "more than %d frames per second; resend later with the same key", cfg.FrameRate))
+			if !c.rejectByKey(buf, limited) && c.limiter.refused == 1 {
 				c.sendError("", protocol.Errorf(protocol.CodeRateLimited, "more than %d frames per second; frames are being dropped", cfg.FrameRate))
 			}
 			if c.limiter.refused > 4*cfg.FrameBurst {
@@ -125,13 +122,25 @@ func readFrame(r io.Reader, buf []byte, max int) ([]byte, bool, error) {
 // forever; any other frame by a connection-level error.
 func (c *conn) refuseTooBig(prefix []byte) {
 	limit := fmt.Sprintf("frames are limited to %d bytes", c.e.cfg.MaxFrameBytes)
-	if typ, key, ok := protocol.ScanFrameKey(prefix); ok && key != "" && typ == protocol.FrameMutate && c.helloDone {
-		c.e.stats.mutationsRejected.Add(1)
-		c.e.cfg.Observer.Mutated("", "", protocol.CodeFrameTooLarge, 0)
-		c.sendFrame(protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: rejectMessage(protocol.CodeFrameTooLarge), Detail: limit}))
-		return
+	if !c.rejectByKey(prefix, &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: rejectMessage(protocol.CodeFrameTooLarge), Detail: limit}) {
+		c.sendError("", &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: limit})
 	}
-	c.sendError("", &protocol.Error{Code: protocol.CodeFrameTooLarge, Message: limit})
+}
+
+// rejectByKey answers a mutate frame the server does not read in full (too
+// large, or over the frame rate) with a reject carrying err for its key,
+// read from the frame's first bytes, so that its client learns the fate of
+// that mutation. It reports false, sending nothing, for any other frame, a
+// key it cannot read, or a connection not yet welcomed.
+func (c *conn) rejectByKey(prefix []byte, err *protocol.Error) bool {
+	typ, key, ok := protocol.ScanFrameKey(prefix)
+	if !ok || key == "" || typ != protocol.FrameMutate || !c.helloDone {
+		return false
+	}
+	c.e.stats.mutationsRejected.Add(1)
+	c.e.cfg.Observer.Mutated("", "", err.Code, 0)
+	c.sendFrame(protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), err))
+	return true
 }
 
 // handleOffStack handles a frame on a short-lived goroutine and waits for
