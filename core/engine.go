@@ -52,7 +52,7 @@ type Engine struct {
 	stats   counters
 
 	retries retryLog                                        // which retried failures are logged (retrylog.go)
-	sleep   func(ctx context.Context, d time.Duration) bool // tests: replaces protocol.Sleep in retryWait
+	sleep   func(ctx context.Context, d time.Duration) bool // tests: replaces backoff.Sleep in retryWait
 }
 
 // ErrDraining is returned once Shutdown has begun.

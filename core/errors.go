@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
 )
 
 // ErrorFor maps any error from the engine to the *protocol.Error a client is
@@ -109,7 +110,7 @@ func argsMessage(err error) string {
 			return w
 		}
 	}
-	if m, ok := protocol.DescribeJSONError(err, "the arguments"); ok {
+	if m, ok := jsontext.DescribeError(err, "the arguments"); ok {
 		return m
 	}
 	return rejectMessage(protocol.CodeInvalidArgs)

@@ -10,6 +10,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // Errors a mutator returns (wrapped, with its own message) to refuse a
@@ -63,7 +64,7 @@ type mutator struct {
 // ErrInvalidResource for a bad name, a duplicate or a missing Run.
 // Mutators may be added while the engine serves.
 func AddMutator[T, A any](t *Table[T], name string, m Mutator[A]) error {
-	if err := protocol.ValidIdent(name); err != nil {
+	if err := text.ValidIdent(name); err != nil {
 		return fmt.Errorf("tide: mutator %s.%s: %w: %v", t.Name(), name, ErrInvalidResource, err)
 	}
 	if m.Run == nil {
@@ -200,7 +201,7 @@ func (e *Engine) checkWriteGrants(ctx context.Context, p authz.Principal, ftx fe
 	for _, w := range written {
 		r := e.resource(w.Resource)
 		if r == nil || len(w.Scope) != len(r.schema.Scope) {
-			return outsideGrants{fmt.Errorf("%w: the mutation writes %s, which this server does not declare as it was written", authz.ErrScopeNotAllowed, protocol.Truncate(w.Resource, 64))}
+			return outsideGrants{fmt.Errorf("%w: the mutation writes %s, which this server does not declare as it was written", authz.ErrScopeNotAllowed, text.Truncate(w.Resource, 64))}
 		}
 		conds := make(map[string][]string, len(w.Scope))
 		for i, v := range w.Scope {
@@ -276,11 +277,11 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 	}
 	r := e.resource(f.Resource)
 	if r == nil {
-		return nil, 0, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(f.Resource, 64))
+		return nil, 0, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", text.Truncate(f.Resource, 64))
 	}
 	m := e.mutatorOf(r, f.Name)
 	if m == nil {
-		return nil, 0, protocol.Errorf(protocol.CodeUnknownMutator, "resource %s has no mutator %q", r.schema.Name, protocol.Truncate(f.Name, 64))
+		return nil, 0, protocol.Errorf(protocol.CodeUnknownMutator, "resource %s has no mutator %q", r.schema.Name, text.Truncate(f.Name, 64))
 	}
 	args, err := m.decode(f.Args)
 	if err != nil {

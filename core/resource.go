@@ -13,6 +13,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // Registration errors. Register wraps them with the resource and field at
@@ -120,7 +121,7 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 		return nil, fmt.Errorf("tide: register %s: %w: Table is required", reflect.TypeFor[T](), ErrInvalidResource)
 	}
 	for _, part := range strings.Split(r.Table, ".") {
-		if err := protocol.ValidIdent(part); err != nil {
+		if err := text.ValidIdent(part); err != nil {
 			return nil, fmt.Errorf("tide: register %s: %w: table: %v", r.Table, ErrInvalidResource, err)
 		}
 	}
@@ -131,7 +132,7 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	if name == "" {
 		name = r.Table[strings.LastIndexByte(r.Table, '.')+1:]
 	}
-	if err := protocol.ValidIdent(name); err != nil {
+	if err := text.ValidIdent(name); err != nil {
 		return nil, fmt.Errorf("tide: register %s: %w: name: %v", r.Table, ErrInvalidResource, err)
 	}
 	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}

@@ -12,6 +12,8 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // maxPollBody bounds a poll request body.
@@ -242,7 +244,7 @@ func rejectTooBig(w http.ResponseWriter, prefix []byte) bool {
 	if !ok || key == "" || (typ != "" && typ != protocol.FrameMutate) {
 		return false
 	}
-	writeFrame(w, http.StatusRequestEntityTooLarge, protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), &protocol.Error{
+	writeFrame(w, http.StatusRequestEntityTooLarge, protocol.Reject(text.Truncate(key, protocol.MaxKeyLen), &protocol.Error{
 		Code: protocol.CodeFrameTooLarge, Message: "the change is too large", Detail: bodyLimit}))
 	return true
 }
@@ -251,7 +253,7 @@ func rejectTooBig(w http.ResponseWriter, prefix []byte) bool {
 // message says what is wrong in JSON's terms, never Go's.
 func bodyError(what string, err error) *protocol.Error {
 	msg := "the body is not a JSON " + what
-	if m, ok := protocol.DescribeJSONError(err, "the body"); ok {
+	if m, ok := jsontext.DescribeError(err, "the body"); ok {
 		msg += ": " + m
 	}
 	return &protocol.Error{Code: protocol.CodeBadFrame, Message: msg, Detail: err.Error()}

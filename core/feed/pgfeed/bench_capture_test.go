@@ -17,7 +17,7 @@ import (
 
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // The bounds of one round of BenchmarkSyncedVsPlain: it stops at whichever

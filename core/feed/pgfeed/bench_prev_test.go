@@ -13,7 +13,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // prevUpdates is the number of single-row UPDATEs of one round of

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 var _ feed.Broadcaster = (*Feed)(nil)
@@ -53,7 +53,7 @@ func (f *Feed) WatchBroadcasts(ctx context.Context, fn func(feed.Broadcast)) err
 				}
 				f.log.Warn("pgfeed: broadcast listener connection lost; reconnecting", "schema", f.opts.Schema, "err", err, "attempt", attempt)
 			}
-			if !protocol.Sleep(wctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
+			if !backoff.Sleep(wctx, backoff.Delay(attempt, 50*time.Millisecond, 5*time.Second)) {
 				return
 			}
 			var err error

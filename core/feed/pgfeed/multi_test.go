@@ -13,9 +13,9 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/internal/multitest"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // TestMultiResourceTransactions: on Postgres, transactions writing a

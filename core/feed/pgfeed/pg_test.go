@@ -19,8 +19,8 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 func testCtx(t testing.TB) context.Context {

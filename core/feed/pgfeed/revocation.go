@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 var _ feed.Revocations = (*Feed)(nil)
@@ -132,7 +132,7 @@ func (f *Feed) watchRevocations(ctx context.Context, last uint64, fn func(feed.R
 			return
 		}
 		f.log.Warn("pgfeed: revocation listener connection lost; reconnecting", "schema", f.opts.Schema, "err", err, "attempt", attempt)
-		if !protocol.Sleep(ctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
+		if !backoff.Sleep(ctx, backoff.Delay(attempt, 50*time.Millisecond, 5*time.Second)) {
 			return
 		}
 	}

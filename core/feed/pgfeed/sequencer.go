@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // The sequencer gives committed changes their positions.
@@ -107,7 +107,7 @@ func (f *Feed) sequencer() {
 				if ctx.Err() == nil {
 					f.log.Warn("pgfeed: sequencer cannot connect; retrying", "schema", f.opts.Schema, "err", err, "attempt", attempt)
 				}
-				protocol.Sleep(ctx, protocol.Backoff(attempt, sequencerMinBackoff, sequencerMaxBackoff))
+				backoff.Sleep(ctx, backoff.Delay(attempt, sequencerMinBackoff, sequencerMaxBackoff))
 				attempt++
 				continue
 			}
@@ -123,7 +123,7 @@ func (f *Feed) sequencer() {
 					f.log.Warn("pgfeed: sequencer lock attempt failed; retrying", "schema", f.opts.Schema, "err", err, "attempt", attempt)
 				}
 			}
-			protocol.Sleep(ctx, protocol.Backoff(attempt, sequencerMinBackoff, sequencerMaxBackoff))
+			backoff.Sleep(ctx, backoff.Delay(attempt, sequencerMinBackoff, sequencerMaxBackoff))
 			attempt++
 			continue
 		}
@@ -137,7 +137,7 @@ func (f *Feed) sequencer() {
 		f.log.Warn("pgfeed: sequencer stepped down", "schema", f.opts.Schema, "err", err)
 		// Let a standby take over: they retry at least every
 		// sequencerMaxBackoff.
-		protocol.Sleep(ctx, sequencerMaxBackoff+protocol.Backoff(0, sequencerMaxBackoff, sequencerMaxBackoff))
+		backoff.Sleep(ctx, sequencerMaxBackoff+backoff.Delay(0, sequencerMaxBackoff, sequencerMaxBackoff))
 	}
 }
 
@@ -285,7 +285,7 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 				}
 			}
 			cause = lookAfterStep
-			protocol.Sleep(ctx, sequencerStepGap)
+			backoff.Sleep(ctx, sequencerStepGap)
 			continue
 		}
 		if !streaming {

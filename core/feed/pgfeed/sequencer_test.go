@@ -15,7 +15,7 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // TestLongTransactionDeliveredLast: a transaction that began (and wrote)

@@ -18,7 +18,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // The torture workload. Bounded in count; its duration follows from the hold

@@ -11,8 +11,8 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // TestTransactTransientFailure: a function whose transaction fails under

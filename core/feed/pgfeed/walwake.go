@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // The sequencer's wake-up: the WAL stream.
@@ -122,7 +122,7 @@ func (w *walWaker) run(ctx context.Context) {
 			return
 		}
 		f.log.Debug("pgfeed: WAL stream for the sequencer's wake-up ended; reconnecting", "schema", f.opts.Schema, "err", err, "attempt", attempt)
-		protocol.Sleep(ctx, protocol.Backoff(attempt, time.Second, time.Minute))
+		backoff.Sleep(ctx, backoff.Delay(attempt, time.Second, time.Minute))
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // Defaults of Config.
@@ -400,7 +400,7 @@ func (r *Replicator) run() {
 			s.LostLock++
 		})
 		// Let a standby take over: they retry at least every MaxBackoff.
-		if !protocol.Sleep(ctx, r.cfg.MaxBackoff+protocol.Backoff(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
+		if !backoff.Sleep(ctx, r.cfg.MaxBackoff+backoff.Delay(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
 			return
 		}
 	}
@@ -449,7 +449,7 @@ func closeConn(c *pgx.Conn) {
 }
 
 func (r *Replicator) sleep(ctx context.Context, attempt int) bool {
-	return protocol.Sleep(ctx, protocol.Backoff(attempt, r.cfg.MinBackoff, r.cfg.MaxBackoff))
+	return backoff.Sleep(ctx, backoff.Delay(attempt, r.cfg.MinBackoff, r.cfg.MaxBackoff))
 }
 
 // lead runs one term: it keeps checking the lock connection, prunes, and
@@ -518,7 +518,7 @@ func (r *Replicator) prune(ctx context.Context) {
 		case ctx.Err() == nil:
 			r.log.Error("replicator: prune failed", "err", err)
 		}
-		if !protocol.Sleep(ctx, r.cfg.PruneInterval) {
+		if !backoff.Sleep(ctx, r.cfg.PruneInterval) {
 			return
 		}
 	}
