@@ -20,10 +20,11 @@ const (
 	// same time: the other packages' tests, each with a pool of
 	// DefaultPoolSize and its feed's own connections (listener, sequencer).
 	lightReserve = 24
-	// minPoolSize is the least PoolSize grants (or want, if smaller): a
-	// test that cannot get it waits in pgxpool's Acquire instead of
-	// failing.
-	minPoolSize = 4
+	// minPoolSize is the least PoolSize grants (or want, if smaller), so
+	// a test that needs a few connections at once (concurrent migrations,
+	// a transaction held open while others commit) always has them; a
+	// test that gets fewer than it asked waits in pgxpool's Acquire.
+	minPoolSize = 12
 	// heavyLockKey is the advisory lock that lets one process at a time
 	// hold big pools (any value; the suite's own).
 	heavyLockKey = 0x7469646562756467 // "tidebudg"
@@ -52,7 +53,7 @@ var heavy struct {
 // takes the lock. What is free is max_connections less the connections
 // open (pg_stat_activity), less a reserve for the suite's other tests;
 // of that a process's tests take at most half, leaving the rest to
-// others, and never less than min(want, 4). A test must therefore work,
+// others, and never less than min(want, 12). A test must therefore work,
 // if more slowly, with any pool of at least that size. The choice is
 // logged.
 func PoolSize(t testing.TB, want int) int32 {

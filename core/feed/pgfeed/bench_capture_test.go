@@ -42,6 +42,8 @@ const (
 // what bounds synced/plain commits. It runs once whatever b.N is: run it
 // with -benchtime 1x.
 func BenchmarkSyncedVsPlain(b *testing.B) {
+	// Not testenv.PoolSize: 64 writers on fewer connections would measure
+	// something else. Run it alone, with -run '^$'.
 	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 70 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -29,7 +29,7 @@ import (
 // table, and from the change log) in the same run.
 func BenchmarkReplay100k(b *testing.B) {
 	const backlog = 100_000
-	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(b, 8) })
 	srv := newE2EServer(b, pool, name, pgfeed.Options{}, core.Config{})
 	ctx := context.Background()
 	from, err := srv.feed.Head(ctx)
@@ -221,7 +221,7 @@ func BenchmarkCommitToClient(b *testing.B) {
 
 func benchCommitToClient(b *testing.B, opts pgfeed.Options) {
 	const rate, duration = 100, 10 * time.Second
-	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(b, 8) })
 	srv := newE2EServer(b, pool, name, opts, core.Config{})
 	ctx := context.Background()
 

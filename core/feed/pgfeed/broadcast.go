@@ -91,12 +91,12 @@ func (f *Feed) goWatch(ctx context.Context, watch func(ctx context.Context)) err
 
 // listenBroadcasts opens a connection listening to the broadcast channel.
 func (f *Feed) listenBroadcasts(ctx context.Context) (*pgx.Conn, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, f.pool.Config().ConnConfig.Copy())
+	conn, err := f.connect(ctx, "broadcast listener", f.pool.Config().ConnConfig.Copy(), 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	if _, err := conn.Exec(cctx, "LISTEN "+pgx.Identifier{f.n.broadcastChannel()}.Sanitize()); err != nil {
 		closeListener(conn)
 		return nil, err

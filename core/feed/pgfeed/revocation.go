@@ -141,7 +141,7 @@ func (f *Feed) watchRevocations(ctx context.Context, last uint64, fn func(feed.R
 // watchOnce connects, listens, and reads the table after LISTEN, on every
 // notification and every PollInterval, until the connection fails.
 func (f *Feed) watchOnce(ctx context.Context, last *uint64, deliver func(feed.Revocation), connected func()) error {
-	conn, err := pgx.ConnectConfig(ctx, f.pool.Config().ConnConfig.Copy())
+	conn, err := f.connect(ctx, "revocation listener", f.pool.Config().ConnConfig.Copy(), 0)
 	if err != nil {
 		return err
 	}

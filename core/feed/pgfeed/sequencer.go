@@ -147,9 +147,7 @@ func (f *Feed) sequencerConnect(ctx context.Context) (*pgx.Conn, error) {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = "tide sequencer"
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return pgx.ConnectConfig(cctx, cfg)
+	return f.connect(ctx, "sequencer", cfg, 5*time.Second)
 }
 
 // sequence runs one term of the sequencer on conn, which holds the role's

@@ -138,7 +138,7 @@ func (f *Feed) listen() {
 func (f *Feed) listenOnce() (bool, error) {
 	ctx := f.ctx
 	cfg := f.pool.Config().ConnConfig.Copy()
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := f.connect(ctx, "listener", cfg, 0)
 	if err != nil {
 		return false, err
 	}

@@ -39,7 +39,7 @@ func TestUpgrade(t *testing.T) {
 }
 
 func testUpgradeFrom(t *testing.T, version int) {
-	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 12 })
+	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, 12) })
 	ctx := testCtx(t)
 	exec2(t, pool, tItemsDDL)
 	scratch, err := core.New(core.Config{})

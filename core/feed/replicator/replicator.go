@@ -18,6 +18,7 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/internal/backoff"
+	"github.com/tidesync/tide/internal/pgconnect"
 )
 
 // Defaults of Config.
@@ -412,9 +413,11 @@ func (r *Replicator) connect(ctx context.Context) (*pgx.Conn, error) {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = "tide replicator"
-	cctx, cancel := context.WithTimeout(ctx, max(5*time.Second, r.cfg.CheckInterval))
-	defer cancel()
-	return pgx.ConnectConfig(cctx, cfg)
+	return pgconnect.Retry(ctx, r.log, "replicator", func(ctx context.Context) (*pgx.Conn, error) {
+		cctx, cancel := context.WithTimeout(ctx, max(5*time.Second, r.cfg.CheckInterval))
+		defer cancel()
+		return pgx.ConnectConfig(cctx, cfg)
+	})
 }
 
 // installed returns an error wrapping feed.ErrNotInstalled if the feed's
