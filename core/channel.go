@@ -50,12 +50,6 @@ type Channel[T any] struct {
 	Presence bool
 }
 
-// Channel registration errors, wrapped with the pattern at fault.
-var (
-	ErrInvalidChannel   = errors.New("invalid channel")
-	ErrDuplicateChannel = errors.New("channel already registered")
-)
-
 // channel is the engine's untyped view of a registered channel.
 type channel struct {
 	name     string
@@ -74,11 +68,11 @@ type channel struct {
 func RegisterChannel[T any](e *Engine, ch Channel[T]) error {
 	c, err := parsePattern(ch.Pattern)
 	if err != nil {
-		return fmt.Errorf("tide: register channel %q: %w: %v", ch.Pattern, ErrInvalidChannel, err)
+		return fmt.Errorf("%w: register channel %q: %v", ErrInvalidChannel, ch.Pattern, err)
 	}
 	if ch.Name != "" {
 		if err := text.ValidIdent(ch.Name); err != nil {
-			return fmt.Errorf("tide: register channel %q: %w: name: %v", ch.Pattern, ErrInvalidChannel, err)
+			return fmt.Errorf("%w: register channel %q: name: %v", ErrInvalidChannel, ch.Pattern, err)
 		}
 		c.name = ch.Name
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
 	"github.com/tidesync/tide/internal/testenv"
+	routes "github.com/tidesync/tide/internal/transport"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -193,7 +194,7 @@ func (g *grantEnv) allRows(t *testing.T, projects []string) []string {
 		rows := map[string]string{}
 		cursor := ""
 		for i := 0; ; i++ {
-			raw, err := g.e.Poll(context.Background(), alice(projects...), core.PollRequest{V: 1, Resource: "todos",
+			raw, err := routes.Of(g.e).Poll(context.Background(), alice(projects...), "", protocol.PollRequest{V: 1, Resource: "todos",
 				Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"` + pr + `"`)}, Cursor: cursor, Limit: 100})
 			if err != nil {
 				t.Fatal(err)
@@ -402,7 +403,7 @@ func TestMutateGrantsProperty(t *testing.T) {
 				want = inside(to) && (!exists || old == to || inside(old))
 			}
 			args, _ := json.Marshal(addArgs{ID: id, ProjectID: to, Title: fmt.Sprintf("s%d", step)})
-			frame, rej := g.e.Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
+			frame, rej := routes.Of(g.e).Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
 				Key: fmt.Sprintf("r%d-%d", round, step), Seq: int64(step + 1), Resource: "todos", Name: name, Args: args, At: time.Now().UnixMilli()})
 			if got := rej == nil; got != want {
 				t.Fatalf("round %d step %d (seed %d): %s %s to %s (was %q) with grants %v: acknowledged %v, want %v: %s",
@@ -449,7 +450,7 @@ func BenchmarkMutateGrants(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				args, _ := json.Marshal(addArgs{ID: fmt.Sprintf("x%d", i%100), ProjectID: "p2", Title: "t"})
-				if _, rej := g.e.Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
+				if _, rej := routes.Of(g.e).Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
 					Key: fmt.Sprintf("b%d", i), Seq: int64(i + 1), Resource: "todos", Name: "put", Args: args, At: time.Now().UnixMilli()}); rej != nil {
 					b.Fatal(rej)
 				}

@@ -54,7 +54,7 @@ type subscription struct {
 	// advance).
 	advanceTo feed.Position
 
-	followGen uint64 // scopes().followGen() when the policy ran (recheck.go)
+	followGen uint64 // scopes().followGen() when the policy ran (follower.go)
 
 	// Owned by the goroutine that runs catch-up (observer.go).
 	trace      context.Context // carries the span of the subscribe or resync

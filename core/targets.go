@@ -33,7 +33,7 @@ type targets []target
 // subscription has several.
 func (ts targets) multi() bool { return len(ts) > 1 }
 
-// followGen sums the targets' resources' follow counters (recheck.go): it
+// followGen sums the targets' resources' follow counters (follower.go): it
 // moves when any of them does.
 func (ts targets) followGen() uint64 {
 	var n uint64

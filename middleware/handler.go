@@ -14,6 +14,7 @@ import (
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/internal/jsontext"
 	"github.com/tidesync/tide/internal/text"
+	"github.com/tidesync/tide/internal/transport"
 )
 
 // maxPollBody bounds a poll request body.
@@ -192,12 +193,12 @@ func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	var req core.PollRequest
+	var req protocol.PollRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, bodyError("poll request", err))
 		return
 	}
-	out, err := h.e.Poll(core.WithOrigin(r.Context(), origin), p, req)
+	out, err := transport.Of(h.e).Poll(r.Context(), p, origin, req)
 	if err != nil {
 		te := core.ErrorFor(err)
 		writeError(w, statusFor(te.Code), te)
@@ -223,8 +224,9 @@ func (h *handler) serveMutate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, bodyError("mutate frame", err))
 		return
 	}
-	ctx := h.e.ContinueTrace(r.Context(), r.Header.Get("traceparent"), r.Header.Get("tracestate"))
-	out, rej := h.e.Mutate(ctx, p, origin, f)
+	routes := transport.Of(h.e)
+	ctx := routes.ContinueTrace(r.Context(), r.Header.Get("traceparent"), r.Header.Get("tracestate"))
+	out, rej := routes.Mutate(ctx, p, origin, f)
 	status := http.StatusOK
 	if rej != nil {
 		status = statusFor(rej.Code)

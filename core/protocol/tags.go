@@ -15,9 +15,6 @@ type tagSpec struct {
 	Skip   bool // tide:"-"
 }
 
-// maxColumnLen matches Postgres's identifier limit.
-const maxColumnLen = 63
-
 // parseTag parses a tide struct tag: a column name followed by options,
 // `tide:"project_id,scope"`. Options are "pk" and "scope"; "-" alone skips the
 // field. The column name must be a plain lower-case SQL identifier (letters,
