@@ -282,8 +282,8 @@ func TestChannelFramesCountAgainstFrameRate(t *testing.T) {
 	}
 }
 
-// TestMutateOverHTTPCountsAgainstPrincipal: a mutation run by
-// Engine.Mutate (POST <prefix>/mutate) counts against its principal's
+// TestMutateOverHTTPCountsAgainstPrincipal: a mutation run over POST
+// <prefix>/mutate counts against its principal's
 // bound of waiting mutations while it runs, as a queued mutate frame does.
 func TestMutateOverHTTPCountsAgainstPrincipal(t *testing.T) {
 	s := newServer(t, core.Config{MaxQueuedMutationsPerPrincipal: 1})

@@ -435,8 +435,8 @@ func TestMutateGrantsProperty(t *testing.T) {
 	}
 }
 
-// BenchmarkMutateGrants: a mutation on Postgres, run with Engine.Mutate,
-// for a principal without grants (no check) and one with grants (its
+// BenchmarkMutateGrants: a mutation on Postgres, run through the POST
+// route's entry point (internal/transport), for a principal without grants (no check) and one with grants (its
 // writes listed from the outbox and checked).
 func BenchmarkMutateGrants(b *testing.B) {
 	for _, name := range []string{"no grants", "grants"} {

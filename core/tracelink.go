@@ -12,7 +12,8 @@ import (
 // SpanLinker is implemented by a Tracer whose spans can be named by their
 // W3C trace context (a traceparent header value) and linked to one another
 // (tideotel's Tracer implements it). With such a tracer the engine
-// continues a request's trace from its traceparent (ContinueTrace) and
+// continues a POST /mutate request's trace, or a mutate frame's, from its
+// traceparent and
 // links the "tide.tail.batch" span that delivers a mutation's changes to
 // the mutation's "tide.mutate" span. Its methods must be safe for
 // concurrent use.
