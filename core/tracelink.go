@@ -13,10 +13,9 @@ import (
 // W3C trace context (a traceparent header value) and linked to one another
 // (tideotel's Tracer implements it). With such a tracer the engine
 // continues a POST /mutate request's trace, or a mutate frame's, from its
-// traceparent and
-// links the "tide.tail.batch" span that delivers a mutation's changes to
-// the mutation's "tide.mutate" span. Its methods must be safe for
-// concurrent use.
+// traceparent and links the "tide.tail.batch" span that delivers a
+// mutation's changes to the mutation's "tide.mutate" span. Its methods
+// must be safe for concurrent use.
 type SpanLinker interface {
 	// TraceParent returns the traceparent of the span ctx carries, or ""
 	// when it carries none.
