@@ -327,7 +327,7 @@ func newRealServerWith(t *testing.T, cfg core.Config, policy authz.Policy, opts 
 	if err != nil {
 		t.Fatalf("core.Register: %v", err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, opts...))
+	srv := httptest.NewServer(middleware.Middleware(e, opts...)(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
 		defer cancel()

@@ -36,7 +36,7 @@ func TestDrainMovesClientsToAnotherEngine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e, tbl, middleware.Handler(e, middleware.WithPrincipal(headerPrincipal))
+		return e, tbl, middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler())
 	}
 	ea, todos, ha := newEngine()
 	eb, _, hb := newEngine()

@@ -101,7 +101,7 @@ func newGrantEnv(t testing.TB, f feed.Feed, pool *pgxpool.Pool) *grantEnv {
 		p, _, err := kr.VerifyToken(r.Context(), tok)
 		return p, err
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(bearer)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(bearer))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -25,20 +25,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // chi's own Logger, Recoverer, Compress and Timeout, which must keep the
 // WebSocket upgrade working.
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, false) })
-}
-
-// TestConformanceHandler runs them with tide's Handler mounted at its
-// prefix instead (r.Mount), beside an app route under the same prefix.
-func TestConformanceHandler(t *testing.T) {
-	adaptertest.RunHandler(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, true) })
+	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app) })
 }
 
 type userKey struct{}
 
-// buildApp is adaptertest's app on chi, with tide as middleware or, if
-// mount, as a mounted handler.
-func buildApp(t *testing.T, app *adaptertest.App, mount bool) http.Handler {
+// buildApp is adaptertest's app on chi.
+func buildApp(t *testing.T, app *adaptertest.App) http.Handler {
 	opts := append([]middleware.Option{tidechi.PrincipalFrom(func(r *http.Request) (authz.Principal, error) {
 		user, ok := r.Context().Value(userKey{}).(string)
 		if !ok {
@@ -51,15 +44,13 @@ func buildApp(t *testing.T, app *adaptertest.App, mount bool) http.Handler {
 	r.Use(chimw.RequestLogger(&chimw.DefaultLogFormatter{Logger: testLogger{t}}), chimw.Recoverer, chimw.Compress(5), chimw.Timeout(time.Minute))
 	//lint:ignore SA1019 the chain is a typical app's, deprecated middleware included: tide must work behind it
 	r.Use(chimw.RealIP, ban(app), session(app))
-	if !mount {
-		r.Use(tidechi.Middleware(app.Engine, opts...))
-		r.Use(func(next http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				app.Reached(r)
-				next.ServeHTTP(w, r)
-			})
+	r.Use(tidechi.Middleware(app.Engine, opts...))
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			app.Reached(r)
+			next.ServeHTTP(w, r)
 		})
-	}
+	})
 	r.Post("/login", func(w http.ResponseWriter, r *http.Request) {
 		id, err := app.Login(r.FormValue("user"))
 		if err != nil {
@@ -78,9 +69,6 @@ func buildApp(t *testing.T, app *adaptertest.App, mount bool) http.Handler {
 		_, _ = io.WriteString(w, core.OriginFrom(r.Context()))
 	})
 	r.Get("/tide/about", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "about") })
-	if mount {
-		r.Mount("/tide", tidechi.Handler(app.Engine, opts...)) // chi routes /tide/about first: it is static
-	}
 	return r
 }
 

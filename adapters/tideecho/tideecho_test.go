@@ -29,15 +29,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // upgrade working.
 func TestConformance(t *testing.T) {
 	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler {
-		return buildApp(t, app, nil, false)
-	})
-}
-
-// TestConformanceHandler runs them with tide's Handler on the prefix
-// (e.Any("/tide/*")) instead, beside an app route under the same prefix.
-func TestConformanceHandler(t *testing.T) {
-	adaptertest.RunHandler(t, func(t *testing.T, app *adaptertest.App) http.Handler {
-		return buildApp(t, app, nil, true)
+		return buildApp(t, app, nil)
 	})
 }
 
@@ -80,9 +72,8 @@ func TestTimeoutMiddleware(t *testing.T) {
 	}
 }
 
-// buildApp is adaptertest's app on Echo, with tide as middleware or, if
-// handler, as the handler of its prefix. extra runs first, if given.
-func buildApp(t *testing.T, app *adaptertest.App, extra echo.MiddlewareFunc, handler bool) *echo.Echo {
+// buildApp is adaptertest's app on Echo. extra runs first, if given.
+func buildApp(t *testing.T, app *adaptertest.App, extra echo.MiddlewareFunc) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
@@ -124,17 +115,13 @@ func buildApp(t *testing.T, app *adaptertest.App, extra echo.MiddlewareFunc, han
 		}
 		return app.Principal(user), nil
 	})}, app.Options...)
-	if handler {
-		e.Any("/tide/*", tideecho.Handler(app.Engine, opts...)) // Echo routes /tide/about first: it is static
-	} else {
-		e.Use(tideecho.Middleware(app.Engine, opts...))
-		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
-			return func(c echo.Context) error {
-				app.Reached(c.Request())
-				return next(c)
-			}
-		})
-	}
+	e.Use(tideecho.Middleware(app.Engine, opts...))
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			app.Reached(c.Request())
+			return next(c)
+		}
+	})
 
 	e.POST("/login", func(c echo.Context) error {
 		id, err := app.Login(c.FormValue("user"))

@@ -23,18 +23,11 @@ func TestMain(m *testing.M) {
 // Recovery, with tide's routes left unrouted in Gin (so Gin presets 404
 // for them before running the middleware).
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, false) })
+	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app) })
 }
 
-// TestConformanceHandler runs them with tide's Handler on its three routes
-// instead.
-func TestConformanceHandler(t *testing.T) {
-	adaptertest.RunHandler(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, true) })
-}
-
-// buildApp is adaptertest's app on Gin, with tide as middleware or, if
-// handler, as the handler of its routes.
-func buildApp(t *testing.T, app *adaptertest.App, handler bool) http.Handler {
+// buildApp is adaptertest's app on Gin.
+func buildApp(t *testing.T, app *adaptertest.App) http.Handler {
 	r := gin.New()
 	r.Use(gin.LoggerWithWriter(testWriter{t}), gin.Recovery())
 	r.Use(func(c *gin.Context) { // the ban
@@ -60,19 +53,11 @@ func buildApp(t *testing.T, app *adaptertest.App, handler bool) http.Handler {
 		}
 		return app.Principal(user), nil
 	})}, app.Options...)
-	if handler {
-		// Gin refuses a wildcard beside /tide/about: route tide's paths.
-		tide := tidegin.Handler(app.Engine, opts...)
-		for _, path := range []string{"/tide/ws", "/tide/changes", "/tide/token"} {
-			r.Any(path, tide)
-		}
-	} else {
-		r.Use(tidegin.Middleware(app.Engine, opts...))
-		r.Use(func(c *gin.Context) {
-			app.Reached(c.Request)
-			c.Next()
-		})
-	}
+	r.Use(tidegin.Middleware(app.Engine, opts...))
+	r.Use(func(c *gin.Context) {
+		app.Reached(c.Request)
+		c.Next()
+	})
 
 	r.POST("/login", func(c *gin.Context) {
 		id, err := app.Login(c.PostForm("user"))

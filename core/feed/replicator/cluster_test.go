@@ -193,7 +193,7 @@ func (c *cluster) addNode() *node {
 	if err := f.Migrate(ctx, e.Schemas()...); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(userHeader)))
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(userHeader))(http.NotFoundHandler()))
 	n.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"
 	rc := cc.rep
 	rc.Feed, rc.Pool, rc.Publisher, rc.Logger = f, pool, pub, quiet

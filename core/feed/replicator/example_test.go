@@ -56,6 +56,6 @@ func Example() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/readyz", rep.Handler())
-	mux.Handle("/", middleware.Handler(engine))
+	mux.Handle("/", middleware.Middleware(engine)(http.NotFoundHandler()))
 	log.Fatal(http.ListenAndServe(":8080", mux))
 }

@@ -51,7 +51,7 @@ func TestMutationLinkedToDelivery(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e))
+	srv := httptest.NewServer(middleware.Middleware(e)(http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	c := tidetest.Dial(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/tide/ws")
 	c.Hello(protocol.ClientFrame{Origin: "ws-device"})
