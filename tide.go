@@ -174,10 +174,11 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Begin starts a transaction on db whose writes carry the origin of ctx
-// (core.OriginFrom: the client device the request came from; package
-// middleware puts it in each request's context), so that device skips
-// their echo. Use it where the app would call pool.Begin:
+// Begin starts a transaction on db whose writes carry the client origin of
+// ctx: the id of the device the request came from, which package
+// middleware puts in each request's context from its Tide-Origin header.
+// That device then skips their echo. It is how an app on Postgres tags its
+// own writes; use it where the app would call pool.Begin:
 //
 //	tx, err := tide.Begin(r.Context(), pool)
 //	if err != nil { … }
@@ -185,8 +186,8 @@ type Beginner interface {
 //	_, err = tx.Exec(ctx, "UPDATE todos SET done = true WHERE id = $1", id)
 //	err = tx.Commit(ctx)
 //
-// It runs pgfeed.WithOrigin (SET LOCAL tide.origin) when ctx has an origin,
-// and nothing more when it has none.
+// It sets the transaction's tide.origin (SET LOCAL) when ctx has a client
+// origin, and does nothing more when it has none.
 //
 // Why a Begin helper rather than a pgx hook: the origin belongs to a
 // request, so it must be set per transaction, inside it. Connection hooks
@@ -203,7 +204,7 @@ func Begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 	if origin := core.OriginFrom(ctx); origin != "" {
 		if err := pgfeed.WithOrigin(ctx, tx, origin); err != nil {
 			_ = tx.Rollback(ctx)
-			return nil, fmt.Errorf("tide: Begin: set the origin: %w", err)
+			return nil, fmt.Errorf("tide: Begin: set the client origin: %w", err)
 		}
 	}
 	return tx, nil

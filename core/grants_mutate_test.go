@@ -159,7 +159,7 @@ var transports = map[string]transport{
 		body, _ := json.Marshal(frame)
 		req, _ := http.NewRequest(http.MethodPost, g.base+"/tide/mutate", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set(middleware.OriginHeader, "dev1")
+		req.Header.Set(middleware.ClientOriginHeader, "dev1")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

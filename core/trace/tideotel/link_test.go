@@ -67,7 +67,7 @@ func TestMutationLinkedToDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("traceparent", caller)
-	req.Header.Set(middleware.OriginHeader, "http-device")
+	req.Header.Set(middleware.ClientOriginHeader, "http-device")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
