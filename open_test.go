@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +132,44 @@ func TestOpenRefusesAFeed(t *testing.T) {
 	_, err = tide.Open(context.Background(), nil, tide.Config{}, func(*core.Engine) error { return boom })
 	if !errors.Is(err, boom) {
 		t.Errorf("Open with a failing register: %v", err)
+	}
+}
+
+// TestExamplesStartWithOpen: every example sets tide up with tide.Open,
+// none by hand with the pieces Open puts together. The framework examples
+// start through examples/internal/taskapp; each example's own test runs
+// it (in memory).
+func TestExamplesStartWithOpen(t *testing.T) {
+	pieces := []string{"core.New(", "pgfeed.New(", ".Migrate(", ".StartSequencer(", ".StartPruner(", ".Start()"}
+	opens := map[string]bool{}
+	err := filepath.WalkDir("examples", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, p := range pieces {
+			if strings.Contains(string(src), p) {
+				t.Errorf("%s calls %s: set tide up with tide.Open", path, p)
+			}
+		}
+		if strings.Contains(string(src), "tide.Open(") {
+			opens[filepath.ToSlash(path)] = true
+		}
+		if strings.Contains(string(src), "taskapp.Main(") { // Main runs taskapp.Run, which runs openStore
+			opens[filepath.ToSlash(filepath.Dir(path))] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"examples/todo/main.go", "examples/internal/taskapp/store.go",
+		"examples/chi", "examples/echo", "examples/gin", "examples/nethttp"} {
+		if !opens[want] {
+			t.Errorf("%s does not start through tide.Open (or taskapp.Main)", want)
+		}
 	}
 }

@@ -40,7 +40,7 @@ import (
 // Config configures Open. The zero value is ready to use.
 type Config struct {
 	// Feed configures the Postgres feed (schema, retention, logger); Open
-	// ignores it without a pool.
+	// ignores it without a pool. Its Logger defaults to Engine.Logger.
 	Feed pgfeed.Options
 	// Engine configures the engine. Open chooses its feed: leave
 	// Engine.Feed nil (Open refuses one that is set). Its Logger defaults
@@ -98,6 +98,9 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config, register func(e *
 	ecfg := cfg.Engine
 	if ecfg.Logger == nil {
 		ecfg.Logger = cfg.Feed.Logger
+	}
+	if cfg.Feed.Logger == nil {
+		cfg.Feed.Logger = ecfg.Logger
 	}
 	t := &Tide{}
 	if pool != nil {
