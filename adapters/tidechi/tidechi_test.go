@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,3 +107,49 @@ func session(app *adaptertest.App) func(http.Handler) http.Handler {
 type testLogger struct{ t *testing.T }
 
 func (l testLogger) Print(v ...any) { l.t.Log(v...) }
+
+// TestGroup: the package documentation's recipe for tide behind a group's
+// middleware only: the group's middleware runs for tide's routes, tide
+// answers them, and routes outside the group do not see either.
+func TestGroup(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Shutdown(context.Background())
+	requireLogin := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Login") == "" {
+				http.Error(w, "log in", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(requireLogin, tidechi.Middleware(eng))
+		r.Handle("/tide/*", http.NotFoundHandler())
+	})
+	r.Get("/open", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "open") })
+	for _, c := range []struct {
+		path, login string
+		status      int
+		body        string
+	}{
+		{"/tide/changes", "", http.StatusUnauthorized, "log in"},
+		{"/tide/changes", "alice", http.StatusMethodNotAllowed, `"code":"bad_frame"`}, // tide's answer: it takes POST
+		{"/tide/nowhere", "alice", http.StatusNotFound, "not found"},
+		{"/open", "", http.StatusOK, "open"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, c.path, nil)
+		if c.login != "" {
+			req.Header.Set("X-Login", c.login)
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		if w.Code != c.status || !strings.Contains(w.Body.String(), c.body) {
+			t.Errorf("%s (login %q): %d %s", c.path, c.login, w.Code, w.Body)
+		}
+	}
+}

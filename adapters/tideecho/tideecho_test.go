@@ -141,3 +141,46 @@ func buildApp(t *testing.T, app *adaptertest.App, extra echo.MiddlewareFunc) *ec
 	})
 	return e
 }
+
+// TestGroup: the package documentation's recipe for tide behind a group's
+// middleware only: the group's middleware runs for tide's routes, tide
+// answers them, and routes outside the group do not see either.
+func TestGroup(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Shutdown(context.Background())
+	requireLogin := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if c.Request().Header.Get("X-Login") == "" {
+				return c.String(http.StatusUnauthorized, "log in")
+			}
+			return next(c)
+		}
+	}
+	e := echo.New()
+	g := e.Group("/tide", requireLogin, tideecho.Middleware(eng))
+	g.Any("/*", echo.NotFoundHandler)
+	e.GET("/open", func(c echo.Context) error { return c.String(http.StatusOK, "open") })
+	for _, c := range []struct {
+		path, login string
+		status      int
+		body        string
+	}{
+		{"/tide/changes", "", http.StatusUnauthorized, "log in"},
+		{"/tide/changes", "alice", http.StatusMethodNotAllowed, `"code":"bad_frame"`}, // tide's answer: it takes POST
+		{"/tide/nowhere", "alice", http.StatusNotFound, "Not Found"},
+		{"/open", "", http.StatusOK, "open"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, c.path, nil)
+		if c.login != "" {
+			r.Header.Set("X-Login", c.login)
+		}
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		if w.Code != c.status || !strings.Contains(w.Body.String(), c.body) {
+			t.Errorf("%s (login %q): %d %s", c.path, c.login, w.Code, w.Body)
+		}
+	}
+}

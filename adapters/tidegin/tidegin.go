@@ -26,7 +26,7 @@ import (
 // under it, so Gin runs the group's middleware for tide's paths:
 //
 //	g := r.Group("/tide", requireLogin, tidegin.Middleware(engine, opts...))
-//	g.Any("/*path", func(*gin.Context) {}) // tide answers before it runs
+//	g.Any("/*path", func(c *gin.Context) { c.Status(http.StatusNotFound) }) // for paths not tide's
 func Middleware(e *core.Engine, opts ...middleware.Option) gin.HandlerFunc {
 	serve := adapterctx.Mount[*gin.Context](middleware.Middleware(e, opts...))
 	return func(c *gin.Context) {

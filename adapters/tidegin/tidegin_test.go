@@ -1,7 +1,10 @@
 package tidegin_test
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -83,4 +86,47 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// TestGroup: the package documentation's recipe for tide behind a group's
+// middleware only: the group's middleware runs for tide's routes, tide
+// answers them, and routes outside the group do not see either.
+func TestGroup(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Shutdown(context.Background())
+	requireLogin := func(c *gin.Context) {
+		if c.GetHeader("X-Login") == "" {
+			c.String(http.StatusUnauthorized, "log in")
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
+	r := gin.New()
+	g := r.Group("/tide", requireLogin, tidegin.Middleware(eng))
+	g.Any("/*path", func(c *gin.Context) { c.String(http.StatusNotFound, "not tide's") })
+	r.GET("/open", func(c *gin.Context) { c.String(http.StatusOK, "open") })
+	for _, c := range []struct {
+		path, login string
+		status      int
+		body        string
+	}{
+		{"/tide/changes", "", http.StatusUnauthorized, "log in"},
+		{"/tide/changes", "alice", http.StatusMethodNotAllowed, `"code":"bad_frame"`}, // tide's answer: it takes POST
+		{"/tide/nowhere", "alice", http.StatusNotFound, "not tide's"},
+		{"/open", "", http.StatusOK, "open"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, c.path, nil)
+		if c.login != "" {
+			req.Header.Set("X-Login", c.login)
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		if w.Code != c.status || !strings.Contains(w.Body.String(), c.body) {
+			t.Errorf("%s (login %q): %d %s", c.path, c.login, w.Code, w.Body)
+		}
+	}
 }
