@@ -101,7 +101,7 @@ func newGrantEnv(t testing.TB, f feed.Feed, pool *pgxpool.Pool) *grantEnv {
 		p, _, err := kr.VerifyToken(r.Context(), tok)
 		return p, err
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(bearer)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(bearer))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -159,7 +159,7 @@ var transports = map[string]transport{
 		body, _ := json.Marshal(frame)
 		req, _ := http.NewRequest(http.MethodPost, g.base+"/tide/mutate", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set(middleware.OriginHeader, "dev1")
+		req.Header.Set(middleware.ClientOriginHeader, "dev1")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

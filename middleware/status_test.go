@@ -42,7 +42,7 @@ func statusServer(t *testing.T, policy middleware.StatusPolicy, principal middle
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(principal), middleware.WithStatusPage(policy, rec)))
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(principal), middleware.WithStatusPage(policy, rec))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

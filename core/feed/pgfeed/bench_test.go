@@ -18,6 +18,7 @@ import (
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/synctest"
 )
 
 // The figures of docs/performance.md. Each benchmark reports its figure as
@@ -175,7 +176,7 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 			if err := store.Save(ctx, client.Record{Digest: digest, Resource: "items", State: client.StateLive, Cursor: cursor}); err != nil {
 				b.Fatal(err)
 			}
-			// A Mirror keeps the rows as they arrive (raw JSON), as an app's
+			// A synctest.Rows keeps the rows as they arrive (raw JSON), as an app's
 			// copy would before it decodes what it renders.
 			caught := make(chan struct{})
 			c, err := client.New(client.Config{URL: srv.url, Store: store, OnEvent: func(e client.Event) {
@@ -186,7 +187,7 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 			if err != nil {
 				b.Fatal(err)
 			}
-			m := client.NewMirror()
+			m := synctest.NewRows()
 			if _, err := c.Subscribe(scope, m); err != nil {
 				b.Fatal(err)
 			}
