@@ -43,7 +43,8 @@ type Config struct {
 	MaxPieceChanges int
 	// MaxPieceBytes bounds the size of one Tx, counting values' text and a
 	// small overhead per change and column (zero means 32 MiB): a larger
-	// transaction arrives in pieces. A piece may pass it by one change.
+	// transaction arrives in pieces. Only a piece of one change larger than
+	// the limit passes it.
 	MaxPieceBytes int
 }
 

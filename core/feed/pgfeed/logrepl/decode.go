@@ -122,22 +122,24 @@ func (a *assembler) message(data []byte, confirmed uint64) (piece *Tx, end uint6
 		}
 		return a.add(c)
 	case *pglogrepl.TruncateMessage:
+		if !a.inTx {
+			return nil, 0, malformed("Truncate outside a transaction")
+		}
+		var piece *Tx
 		for _, id := range m.RelationIDs {
 			r, err := a.relation(id)
 			if err != nil {
 				return nil, 0, err
 			}
-			// A TRUNCATE of many tables is one message: it may pass a
-			// piece limit by the number of tables it names, no more.
-			if a.inTx && !a.skip {
-				a.tx.Changes = append(a.tx.Changes, Change{Table: r.name, Op: OpTruncate})
-				a.bytes += changeOverhead
+			// A TRUNCATE of many tables is one message, so it cuts at
+			// most one piece: the rest may pass a limit by the number of
+			// tables it names.
+			p, _, _ := a.add(Change{Table: r.name, Op: OpTruncate})
+			if piece == nil {
+				piece = p
 			}
 		}
-		if !a.inTx {
-			return nil, 0, malformed("Truncate outside a transaction")
-		}
-		return a.cut()
+		return piece, 0, nil
 	default:
 		// Type and Origin messages, and logical decoding messages (which
 		// are not asked for), carry nothing the consumer delivers.
@@ -152,8 +154,9 @@ const (
 	columnOverhead = 48
 )
 
-// add appends c to the current piece and cuts the piece when it reaches a
-// limit.
+// add appends c to the current piece. When the piece is full, it is
+// returned, and c starts the next one: a piece is cut only when a change
+// does not fit, so the last piece of a transaction is never empty.
 func (a *assembler) add(c Change) (*Tx, uint64, error) {
 	if !a.inTx {
 		return nil, 0, malformed("%s of %s outside a transaction", c.Op, c.Table)
@@ -161,30 +164,25 @@ func (a *assembler) add(c Change) (*Tx, uint64, error) {
 	if a.skip {
 		return nil, 0, nil
 	}
-	a.tx.Changes = append(a.tx.Changes, c)
-	a.bytes += changeOverhead
+	size := changeOverhead
 	for _, row := range [][]Column{c.New, c.Old} {
 		for _, col := range row {
-			a.bytes += columnOverhead
+			size += columnOverhead
 			if col.Value != nil {
-				a.bytes += len(*col.Value)
+				size += len(*col.Value)
 			}
 		}
 	}
-	return a.cut()
-}
-
-// cut returns the current piece, and starts the next one, when it has
-// reached a piece limit.
-func (a *assembler) cut() (*Tx, uint64, error) {
-	if len(a.tx.Changes) < a.maxChanges && a.bytes < a.maxBytes {
-		return nil, 0, nil
+	var piece *Tx
+	if n := len(a.tx.Changes); n > 0 && (n >= a.maxChanges || a.bytes+size > a.maxBytes) {
+		piece = a.tx
+		piece.Part, piece.More = a.part, true
+		a.part++
+		a.bytes = 0
+		a.tx = &Tx{XID: piece.XID, CommitLSN: piece.CommitLSN, CommitTime: piece.CommitTime}
 	}
-	piece := a.tx
-	piece.Part, piece.More = a.part, true
-	a.part++
-	a.bytes = 0
-	a.tx = &Tx{XID: piece.XID, CommitLSN: piece.CommitLSN, CommitTime: piece.CommitTime}
+	a.tx.Changes = append(a.tx.Changes, c)
+	a.bytes += size
 	return piece, 0, nil
 }
 

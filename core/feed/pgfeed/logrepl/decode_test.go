@@ -189,8 +189,10 @@ func TestAssemblePieces(t *testing.T) {
 	}{
 		{"whole", 100, 1 << 20, []int{25}},
 		{"by changes", 10, 1 << 20, []int{10, 10, 5}},
-		{"exact multiple", 5, 1 << 20, []int{5, 5, 5, 5, 5, 0}},
+		{"exact multiple", 5, 1 << 20, []int{5, 5, 5, 5, 5}},
 		{"by bytes", 100, 10 * (changeOverhead + 3*columnOverhead + 2), []int{10, 10, 5}},
+		{"by bytes, one change too many", 100, 10*(changeOverhead+3*columnOverhead+2) - 1, []int{9, 9, 7}},
+		{"a change larger than the limit", 100, 1, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pieces, _, err := stream(tc.changes, tc.size, 0, msgs...)

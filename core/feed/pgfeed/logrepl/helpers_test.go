@@ -20,7 +20,7 @@ const hang = 60 * time.Second
 // env is one test's corner of the logical server: a schema of its own for
 // its tables, and a slot and a publication named after it.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	url    string
 	pool   *pgxpool.Pool // search_path: schema
 	schema string
@@ -28,7 +28,7 @@ type env struct {
 	pub    string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	url := logicalURL(t)
 	name := "lr_" + strings.ToLower(rand.Text()[:10])
@@ -138,7 +138,7 @@ func (e *env) waitSlotFree(db DB) {
 
 // runner runs a Consumer in the background.
 type runner struct {
-	t      *testing.T
+	t      testing.TB
 	txs    chan *Tx
 	cancel context.CancelFunc
 	done   chan error
