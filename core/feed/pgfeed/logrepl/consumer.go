@@ -113,6 +113,9 @@ type Consumer struct {
 	// reporting its confirmed position or ending the stream: as if the
 	// process had died.
 	crash bool
+	// onKeepalive, set by tests, sees the confirmed position after each
+	// keepalive.
+	onKeepalive func(confirmed uint64)
 }
 
 // NewConsumer checks cfg and returns a Consumer. It does no I/O.
@@ -286,6 +289,9 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 				if !asm.inTx && uint64(k.ServerWALEnd) > confirmed {
 					confirmed = uint64(k.ServerWALEnd)
 					c.confirmed.Store(confirmed)
+				}
+				if c.onKeepalive != nil {
+					c.onKeepalive(confirmed)
 				}
 				if k.ReplyRequested {
 					if err := c.report(conn, confirmed, now, false); err != nil {

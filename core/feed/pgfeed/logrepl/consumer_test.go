@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -487,5 +489,57 @@ func TestSetup(t *testing.T) {
 	}
 	if _, err := ReadSlot(ctx, e.pool, e.slot); !errors.Is(err, ErrNoSlot) {
 		t.Fatalf("ReadSlot after drop: %v", err)
+	}
+}
+
+// While the published tables are quiet, the slot still follows the
+// server's WAL: writes to other tables are not kept for the consumer.
+func TestSlotFollowsQuietConsumer(t *testing.T) {
+	e := newEnv(t)
+	e.exec("CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE other (id int PRIMARY KEY, v text)")
+	e.setup("a")
+	e.exec("INSERT INTO a VALUES (1)")
+	c := e.consumer(nil)
+	seen := make(chan uint64, 1024)
+	c.onKeepalive = func(confirmed uint64) {
+		select {
+		case seen <- confirmed:
+		default:
+		}
+	}
+	r := e.start(c, nil)
+	first := r.expect("insert a id=1")
+
+	e.exec("INSERT INTO other SELECT i, repeat('x', 100) FROM generate_series(1, 10000) i")
+	var target uint64
+	var s string
+	if err := e.pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target = uint64(lsn)
+	if target <= first.EndLSN+100*10000 {
+		t.Fatalf("WAL end %s: the other table's rows are not past %s", s, FormatLSN(first.EndLSN))
+	}
+	deadline := time.After(hang)
+	for confirmed := uint64(0); confirmed < target; {
+		select {
+		case confirmed = <-seen:
+		case <-deadline:
+			t.Fatalf("confirmed %s after %s, want at least %s", FormatLSN(confirmed), hang, s)
+		}
+	}
+	if err := r.stop(); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	f, err := c.Figures(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Slot.ConfirmedFlushLSN < target || f.Transactions != 1 {
+		t.Fatalf("slot confirmed at %s, want at least %s: %+v", FormatLSN(f.Slot.ConfirmedFlushLSN), s, f)
 	}
 }
