@@ -160,7 +160,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	}
 	defer c.running.Store(false)
 
-	conn, err := pgconn.ConnectConfig(ctx, c.conn)
+	conn, err := pgconn.ConnectConfig(ctx, c.conn.Copy())
 	if err != nil {
 		return fmt.Errorf("logrepl: connect for replication: %w", err)
 	}
@@ -319,7 +319,12 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 					n := len(piece.Changes)
 					last := !piece.More
 					endLSN, commitTime := piece.EndLSN, piece.CommitTime
-					if err := h(ctx, piece); err != nil {
+					err := h(ctx, piece)
+					// The stream was not read while the handler ran: its
+					// silence is not the server's.
+					now = time.Now()
+					heard = now
+					if err != nil {
 						if c.crash {
 							return fmt.Errorf("handler: %w", err)
 						}

@@ -430,6 +430,14 @@ func TestSetup(t *testing.T) {
 			t.Fatalf("EnsurePublication(%q): tables %q, want %q", step.tables, got, step.want)
 		}
 	}
+	e.exec("ALTER PUBLICATION "+e.pub+" SET (publish = 'insert')")
+	if err := EnsurePublication(ctx, e.pool, e.pub, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	var publishes string
+	if err := e.pool.QueryRow(ctx, "SELECT concat_ws(',', pubinsert, pubupdate, pubdelete, pubtruncate) FROM pg_publication WHERE pubname = $1", e.pub).Scan(&publishes); err != nil || publishes != "t,t,t,t" {
+		t.Fatalf("publication publishes %s (%v), want every kind of change", publishes, err)
+	}
 	if err := EnsurePublication(ctx, e.pool, e.pub, []string{"nope"}); !errors.Is(err, ErrNoTable) {
 		t.Fatalf("missing table: %v", err)
 	}

@@ -88,7 +88,8 @@ WHERE c.oid = pg_catalog.to_regclass($1) AND c.relkind IN ('r', 'p')`, name).Sca
 // (inserts, updates, deletes and truncates): it creates it (CREATE
 // PUBLICATION name FOR TABLE a, b) when it does not exist, and otherwise
 // adds and removes tables (ALTER PUBLICATION ... ADD TABLE / DROP TABLE)
-// until its set is tables. It does nothing when the set is already right,
+// until its set is tables, and makes it publish every kind of change if
+// it was made to publish fewer. It does nothing when all is already right,
 // so it can run on every boot; concurrent calls for one name take turns
 // (an advisory lock). Table names are read as in SQL: "todos",
 // "app.todos", `"Mixed Case"`.
@@ -129,6 +130,20 @@ func EnsurePublication(ctx context.Context, db DB, name string, tables []string)
 			return fmt.Errorf("logrepl: create publication %s: %w", name, err)
 		}
 		return commit(ctx, tx, name)
+	}
+	// A publication made by hand may publish less than every kind of
+	// change, which would lose changes silently: set it right.
+	var all, ins, upd, del, trunc bool
+	if err := tx.QueryRow(ctx, "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_catalog.pg_publication WHERE pubname = $1", name).Scan(&all, &ins, &upd, &del, &trunc); err != nil {
+		return fmt.Errorf("logrepl: publication %s: %w", name, err)
+	}
+	if all {
+		return fmt.Errorf("logrepl: publication %s is FOR ALL TABLES: drop it, or name another", name)
+	}
+	if !ins || !upd || !del || !trunc {
+		if _, err := tx.Exec(ctx, "ALTER PUBLICATION "+ident+" SET (publish = 'insert, update, delete, truncate')"); err != nil {
+			return fmt.Errorf("logrepl: publication %s: %w", name, err)
+		}
 	}
 	rows, err := tx.Query(ctx, "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1", name)
 	if err != nil {
