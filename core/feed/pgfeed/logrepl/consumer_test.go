@@ -430,7 +430,7 @@ func TestSetup(t *testing.T) {
 			t.Fatalf("EnsurePublication(%q): tables %q, want %q", step.tables, got, step.want)
 		}
 	}
-	e.exec("ALTER PUBLICATION "+e.pub+" SET (publish = 'insert')")
+	e.exec("ALTER PUBLICATION " + e.pub + " SET (publish = 'insert')")
 	if err := EnsurePublication(ctx, e.pool, e.pub, []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
