@@ -88,7 +88,11 @@ func startCluster() (string, error) {
 			return "", fmt.Errorf("no %s: %w", p, err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "tide-logrepl-")
+	base := "" // os.TempDir()
+	if os.Geteuid() == 0 {
+		base = "/tmp" // the postgres OS user must reach it: TMPDIR may be under /root
+	}
+	dir, err := os.MkdirTemp(base, "tide-logrepl-")
 	if err != nil {
 		return "", err
 	}
