@@ -237,6 +237,9 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 	nextStatus := now.Add(interval)
 	heard := now    // last message from the server
 	reported := now // last status report
+	// fail ends the stream in order (the connection still works) and
+	// returns err.
+	fail := func(err error) error { return c.end(conn, confirmed, err) }
 	var deadline time.Time
 	for {
 		if !deadline.Equal(nextStatus) {
@@ -273,15 +276,17 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
-				return malformed("empty replication message")
+				return fail(malformed("empty replication message"))
 			}
 			switch m.Data[0] {
 			case pglogrepl.PrimaryKeepaliveMessageByteID:
 				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
 				if err != nil {
-					return malformed("keepalive: %v", err)
+					return fail(malformed("keepalive: %v", err))
 				}
-				c.walEnd.Store(uint64(k.ServerWALEnd))
+				if end := uint64(k.ServerWALEnd); end > c.walEnd.Load() {
+					c.walEnd.Store(end)
+				}
 				// Outside a transaction, everything the server sent before
 				// this keepalive has been accepted, and the server sent
 				// every commit below its WAL end: the slot may move there,
@@ -302,14 +307,14 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 			case pglogrepl.XLogDataByteID:
 				x, err := pglogrepl.ParseXLogData(m.Data[1:])
 				if err != nil {
-					return malformed("XLogData: %v", err)
+					return fail(malformed("XLogData: %v", err))
 				}
 				if end := uint64(x.ServerWALEnd); end > c.walEnd.Load() {
 					c.walEnd.Store(end)
 				}
 				piece, end, err := asm.message(x.WALData, confirmed)
 				if err != nil {
-					return err
+					return fail(err)
 				}
 				if end > confirmed {
 					confirmed = end
@@ -328,7 +333,7 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 						if c.crash {
 							return fmt.Errorf("handler: %w", err)
 						}
-						return c.end(conn, confirmed, fmt.Errorf("handler: %w", err))
+						return fail(fmt.Errorf("handler: %w", err))
 					}
 					c.changes.Add(uint64(n))
 					if last {
@@ -397,7 +402,8 @@ type Figures struct {
 	Confirmed uint64
 	// Flushed is the last position reported to the server.
 	Flushed uint64
-	// ServerWALEnd is the end of the server's WAL as the stream last told.
+	// ServerWALEnd is how far the server has read its WAL for the stream,
+	// as it last told.
 	ServerWALEnd uint64
 	// LastCommit is the commit time of the last accepted transaction; zero
 	// before one.

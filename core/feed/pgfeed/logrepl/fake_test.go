@@ -93,6 +93,13 @@ func (f *fakeServer) serve(conn net.Conn, script [][]byte) error {
 			}
 		case *pgproto3.CopyData:
 			f.updates <- append([]byte(nil), m.Data...)
+		case *pgproto3.CopyDone: // the consumer ends the stream
+			be.Send(&pgproto3.CopyDone{})
+			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("START_REPLICATION")})
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+			if err := be.Flush(); err != nil {
+				return err
+			}
 		case *pgproto3.Terminate:
 			return nil
 		}
@@ -169,7 +176,8 @@ func TestKeepaliveAnswered(t *testing.T) {
 	}
 }
 
-// Bad bytes from the server end Run with ErrMalformed, never a panic.
+// Bad bytes from the server end Run with ErrMalformed, never a panic, and
+// the stream in order.
 func TestMalformedStream(t *testing.T) {
 	for name, msg := range map[string][]byte{
 		"empty":             {},
@@ -183,6 +191,15 @@ func TestMalformedStream(t *testing.T) {
 			f := newFakeServer(t, msg)
 			if err := runFake(t, f, nil); !errors.Is(err, ErrMalformed) {
 				t.Fatalf("Run: %v, want ErrMalformed", err)
+			}
+			// It reported its position and ended the stream in order.
+			select {
+			case u := <-f.updates:
+				if u[0] != 'r' || binary.BigEndian.Uint64(u[9:]) != 0x100 {
+					t.Fatalf("status update %x, want flushed 0/100", u)
+				}
+			default:
+				t.Fatal("no status update before the end")
 			}
 		})
 	}
