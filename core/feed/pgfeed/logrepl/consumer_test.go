@@ -55,6 +55,49 @@ func TestTransactionsArriveWholeInOrder(t *testing.T) {
 	}
 }
 
+// Two transactions that commit in the opposite order of their start
+// arrive in commit order, each whole.
+func TestOppositeCommitOrder(t *testing.T) {
+	e := newEnv(t)
+	e.exec("CREATE TABLE a (id int PRIMARY KEY, v text)", "CREATE TABLE b (id int PRIMARY KEY, n int)")
+	e.setup("a", "b")
+	r := e.start(e.consumer(nil), nil)
+	ctx := context.Background()
+	first, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		tx  pgx.Tx
+		sql string
+	}{
+		{first, "INSERT INTO a VALUES (1, 'first')"},
+		{second, "INSERT INTO a VALUES (2, 'second')"},
+		{first, "INSERT INTO b VALUES (1, 1)"},
+		{second, "INSERT INTO b VALUES (2, 2)"},
+		{first, "UPDATE a SET v = 'first again' WHERE id = 1"},
+	} {
+		if _, err := w.tx.Exec(ctx, w.sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := second.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := r.expect("insert a id=2 v=second", "insert b id=2 n=2")
+	f := r.expect("insert a id=1 v=first", "insert b id=1 n=1", "update a id=1 v=first again")
+	if f.XID >= s.XID {
+		t.Fatalf("the first transaction has xid %d, the second %d: they did not start in that order", f.XID, s.XID)
+	}
+}
+
 // Concurrent transactions interleave their writes and commit in an order
 // unrelated to the order they started in, some roll back: the committed
 // ones arrive whole, each once, in commit order; the rolled-back ones
