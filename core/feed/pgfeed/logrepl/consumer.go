@@ -151,7 +151,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // (ErrSlotInUse otherwise).
 //
 // Errors: ErrWALLevel when the server's wal_level is not logical,
-// ErrNoSlot when the slot does not exist, ErrSlotInUse, ErrMalformed,
+// ErrNoSlot when the slot does not exist, ErrSlotLost when the server
+// invalidated it, ErrSlotInUse, ErrMalformed,
 // ErrSilent, ErrBusy when this Consumer's Run already runs, or h's error
 // wrapped ("handler: ..."), or a connection error.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
@@ -193,7 +194,7 @@ func (c *Consumer) begin(ctx context.Context, conn *pgconn.PgConn) (uint64, erro
 	}
 	// The name is checked (lower-case letters, digits, underscores), so it
 	// may be written as a literal.
-	res, err = conn.Exec(ctx, `SELECT coalesce(confirmed_flush_lsn::text, ''), coalesce(plugin, ''), coalesce(database = pg_catalog.current_database(), false)::text
+	res, err = conn.Exec(ctx, `SELECT coalesce(confirmed_flush_lsn::text, ''), coalesce(plugin, ''), coalesce(database = pg_catalog.current_database(), false)::text, coalesce(wal_status, '')
 FROM pg_catalog.pg_replication_slots WHERE slot_name = '`+c.cfg.Slot+`'`).ReadAll()
 	if err != nil {
 		return 0, fmt.Errorf("logrepl: read slot %s: %w", c.cfg.Slot, err)
@@ -202,8 +203,14 @@ FROM pg_catalog.pg_replication_slots WHERE slot_name = '`+c.cfg.Slot+`'`).ReadAl
 		return 0, &Error{Code: CodeNoSlot, Msg: "slot " + c.cfg.Slot + " does not exist (EnsureSlot makes it)"}
 	}
 	row := res[0].Rows[0]
+	if len(row) != 4 {
+		return 0, malformed("unexpected answer about slot %s", c.cfg.Slot)
+	}
 	if string(row[1]) != "pgoutput" || string(row[2]) != "true" {
 		return 0, &Error{Code: CodeSlotMismatch, Msg: fmt.Sprintf("slot %s has plugin %q or belongs to another database", c.cfg.Slot, row[1])}
+	}
+	if string(row[3]) == "lost" {
+		return 0, slotLostError(c.cfg.Slot, nil)
 	}
 	start, err := pglogrepl.ParseLSN(string(row[0]))
 	if err != nil {

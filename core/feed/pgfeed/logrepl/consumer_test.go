@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -592,5 +593,47 @@ func TestSlotFollowsQuietConsumer(t *testing.T) {
 	}
 	if f.Slot.ConfirmedFlushLSN < target || f.Transactions != 1 {
 		t.Fatalf("slot confirmed at %s, want at least %s: %+v", FormatLSN(f.Slot.ConfirmedFlushLSN), s, f)
+	}
+}
+
+// A slot whose WAL the server removed (max_slot_wal_keep_size) has lost
+// changes: setup and the consumer say so instead of streaming from it.
+func TestSlotLost(t *testing.T) {
+	if os.Getenv(logicalURLEnv) != "" {
+		t.Skipf("changes the server's max_slot_wal_keep_size: only on the private cluster, not on %s", logicalURLEnv)
+	}
+	e := newEnv(t)
+	e.exec("CREATE TABLE a (id int PRIMARY KEY, v text)")
+	e.setup("a")
+	ctx := context.Background()
+	e.exec("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()")
+	t.Cleanup(func() {
+		e.exec("ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()")
+	})
+	// Past a few WAL segments, a checkpoint removes the slot's WAL.
+	for i := range 4 {
+		e.exec(fmt.Sprintf("INSERT INTO a VALUES (%d, 'x')", i), "SELECT pg_switch_wal()")
+	}
+	e.exec("CHECKPOINT")
+	var status string
+	if err := e.pool.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "lost" {
+		t.Fatalf("wal_status %q after the checkpoint, want lost", status)
+	}
+	if _, err := EnsureSlot(ctx, e.pool, e.slot); !errors.Is(err, ErrSlotLost) {
+		t.Fatalf("EnsureSlot: %v, want ErrSlotLost", err)
+	}
+	if err := e.consumer(nil).Run(ctx, nil); !errors.Is(err, ErrSlotLost) {
+		t.Fatalf("Run: %v, want ErrSlotLost", err)
+	}
+	// The way out: drop it and make it anew.
+	e.waitSlotFree(nil)
+	if err := DropSlot(ctx, e.pool, e.slot); err != nil {
+		t.Fatal(err)
+	}
+	if created, err := EnsureSlot(ctx, e.pool, e.slot); err != nil || !created {
+		t.Fatalf("EnsureSlot after the drop: %v, %v", created, err)
 	}
 }

@@ -93,7 +93,10 @@
 //   - A slot keeps the server's WAL from its confirmed position on: a
 //     consumer that stops for good must have its slot dropped (DropSlot),
 //     or WAL fills the server's disk. Figures.Slot.RetainedBytes shows it;
-//     max_slot_wal_keep_size caps it on the server.
+//     max_slot_wal_keep_size caps it on the server, at a price: a slot
+//     past the cap is invalidated, its changes lost, and EnsureSlot and
+//     Run return ErrSlotLost until it is dropped and made anew (with a
+//     fresh snapshot for everyone who read from it).
 //   - REPLICA IDENTITY FULL makes each update and delete of the table log
 //     the whole old row (see SetReplicaIdentityFull): more WAL, in
 //     exchange for Change.Old on every update and delete. Without it,

@@ -28,6 +28,10 @@ const (
 	// CodeSlotInUse: another connection is streaming from the slot (a slot
 	// serves one consumer at a time), or it is being dropped while one is.
 	CodeSlotInUse Code = "slot_in_use"
+	// CodeSlotLost: the server removed WAL the slot still needed
+	// (max_slot_wal_keep_size) and invalidated it: changes are missing from
+	// it for good. Drop it, make it anew, and start from a fresh snapshot.
+	CodeSlotLost Code = "slot_lost"
 	// CodeMalformed: the server sent a message this package cannot read.
 	CodeMalformed Code = "malformed_stream"
 	// CodeSilent: the server sent nothing, not even a reply to a status
@@ -80,6 +84,7 @@ var (
 	ErrNoSlot       = &Error{Code: CodeNoSlot, Msg: "no such replication slot"}
 	ErrSlotMismatch = &Error{Code: CodeSlotMismatch, Msg: "replication slot is not a pgoutput slot of this database"}
 	ErrSlotInUse    = &Error{Code: CodeSlotInUse, Msg: "replication slot is in use"}
+	ErrSlotLost     = &Error{Code: CodeSlotLost, Msg: "replication slot lost WAL it needed"}
 	ErrMalformed    = &Error{Code: CodeMalformed, Msg: "malformed replication message"}
 	ErrSilent       = &Error{Code: CodeSilent, Msg: "replication stream is silent"}
 	ErrBusy         = &Error{Code: CodeBusy, Msg: "consumer is already running"}
@@ -97,4 +102,9 @@ func walLevelError(current string) error {
 // malformed returns a CodeMalformed error.
 func malformed(format string, args ...any) error {
 	return &Error{Code: CodeMalformed, Msg: fmt.Sprintf(format, args...)}
+}
+
+// slotLostError is the error for a slot the server invalidated.
+func slotLostError(name string, err error) error {
+	return &Error{Code: CodeSlotLost, Msg: "slot " + name + " was invalidated: the server removed WAL it needed (max_slot_wal_keep_size), so changes are missing from it; drop it (DropSlot), make it anew (EnsureSlot) and start from a fresh snapshot", Err: err}
 }

@@ -80,7 +80,7 @@ func (f *fakeServer) serve(conn net.Conn, script [][]byte) error {
 			case 0: // SHOW wal_level
 				err = answer("SHOW", "logical")
 			case 1: // the slot
-				err = answer("SELECT 1", "0/100", "pgoutput", "true")
+				err = answer("SELECT 1", "0/100", "pgoutput", "true", "reserved")
 			default: // START_REPLICATION
 				be.Send(&pgproto3.CopyBothResponse{})
 				for _, s := range script {

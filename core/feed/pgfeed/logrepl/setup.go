@@ -239,8 +239,9 @@ func DropPublication(ctx context.Context, db DB, name string) error {
 // after its creation.
 //
 // It returns an error matching ErrWALLevel when wal_level is not logical,
-// and ErrSlotMismatch when a slot of that name exists for another plugin
-// or database. Creating a slot waits for the transactions running at that
+// ErrSlotMismatch when a slot of that name exists for another plugin or
+// database, and ErrSlotLost when the slot exists but the server
+// invalidated it. Creating a slot waits for the transactions running at that
 // moment to end.
 //
 // A slot keeps the server's WAL from the position its consumer confirmed
@@ -257,13 +258,16 @@ func EnsureSlot(ctx context.Context, db DB, name string) (created bool, err erro
 		return false, err
 	}
 	for range 2 {
-		var plugin, slotType string
+		var plugin, slotType, walStatus string
 		var sameDB bool
-		err := db.QueryRow(ctx, `SELECT coalesce(plugin, ''), slot_type, coalesce(database = pg_catalog.current_database(), false)
-FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, name).Scan(&plugin, &slotType, &sameDB)
+		err := db.QueryRow(ctx, `SELECT coalesce(plugin, ''), slot_type, coalesce(database = pg_catalog.current_database(), false), coalesce(wal_status, '')
+FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, name).Scan(&plugin, &slotType, &sameDB, &walStatus)
 		if err == nil {
 			if plugin != "pgoutput" || slotType != "logical" || !sameDB {
 				return false, &Error{Code: CodeSlotMismatch, Msg: fmt.Sprintf("slot %s exists as a %s slot (plugin %q) of another database or plugin", name, slotType, plugin)}
+			}
+			if walStatus == "lost" {
+				return false, slotLostError(name, nil)
 			}
 			return false, nil
 		}
@@ -308,6 +312,9 @@ func slotError(name string, err error) error {
 		}
 		if pgErr.Code == "55000" && strings.Contains(pgErr.Message, "wal_level") {
 			return &Error{Code: CodeWALLevel, Msg: "slot " + name, Err: err}
+		}
+		if pgErr.Code == "55000" && strings.Contains(pgErr.Detail, "invalidated") {
+			return slotLostError(name, err)
 		}
 	}
 	return fmt.Errorf("logrepl: slot %s: %w", name, err)
