@@ -60,7 +60,9 @@ func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
 }
 
 // PruneThrough drops every change at or below through and moves the floor
-// up to it (it never moves down), in batches of at most 10,000 changes per
+// up to it (it never moves down, and never above the newest committed
+// position: through is clamped to it, so no change committed later falls
+// below the floor), in batches of at most 10,000 changes per
 // transaction. The floor and the deletion commit together, and every read
 // checks the floor in the statement that reads the changes, so no reader
 // sees a gap. It returns the floor.
@@ -77,6 +79,11 @@ func (f *Feed) PruneThrough(ctx context.Context, through feed.Position) (feed.Po
 			if err := tx.QueryRow(ctx, "SELECT floor FROM "+n.meta+" FOR UPDATE").Scan(&floor); err != nil {
 				return err
 			}
+			bound, berr := floorBound(ctx, tx, n, floor)
+			if berr != nil {
+				return berr
+			}
+			through = min(through, feed.Position(bound))
 			if !locked || floor >= pos(through) {
 				done = true
 				return nil
