@@ -31,6 +31,23 @@ func (f *Feed) Floor(ctx context.Context) (feed.Position, error) {
 // and a fresh snapshot. Several nodes may prune at once: one does the work,
 // the others return the floor as it is.
 func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
+	through, err := f.PruneTarget(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := f.pruneKeys(ctx); err != nil {
+		return 0, err
+	}
+	if err := f.pruneRevocations(ctx); err != nil {
+		return 0, err
+	}
+	return f.PruneThrough(ctx, through)
+}
+
+// PruneTarget returns the position through which Prune would drop changes
+// now under Options.MaxAge and Options.MaxChanges (0: none), without
+// dropping anything: what an operator's dry run shows.
+func (f *Feed) PruneTarget(ctx context.Context) (feed.Position, error) {
 	var through int64
 	if f.opts.MaxChanges > 0 {
 		err := f.pool.QueryRow(ctx, "SELECT pos FROM "+f.n.changes+" ORDER BY pos DESC OFFSET $1 LIMIT 1", f.opts.MaxChanges).Scan(&through)
@@ -50,13 +67,7 @@ func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
 		}
 		through = max(through, old)
 	}
-	if err := f.pruneKeys(ctx); err != nil {
-		return 0, err
-	}
-	if err := f.pruneRevocations(ctx); err != nil {
-		return 0, err
-	}
-	return f.PruneThrough(ctx, feed.Position(through))
+	return feed.Position(through), nil
 }
 
 // PruneThrough drops every change at or below through and moves the floor

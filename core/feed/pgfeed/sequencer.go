@@ -146,7 +146,7 @@ func (f *Feed) sequencerConnect(ctx context.Context) (*pgx.Conn, error) {
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	cfg.RuntimeParams["application_name"] = "tide sequencer"
+	cfg.RuntimeParams["application_name"] = RoleAppName(RoleSequencer, f.opts.Node)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return pgx.ConnectConfig(cctx, cfg)
