@@ -1,6 +1,20 @@
 package feed
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"os"
+)
+
+// DefaultNode returns the name a node goes by when its configuration names
+// none: the host name and the process id, as in "web-1:4242".
+func DefaultNode() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
 
 // Role is a database-wide role that one node holds at a time (the
 // sequencer of the Postgres change log, the replicator, ...), as seen from

@@ -85,8 +85,8 @@ type Options struct {
 	// Node names this node to operators: the connections that hold a
 	// database-wide role carry it in their application_name ("tide
 	// sequencer <Node>", see RoleAppName), so tide status, the status page
-	// and metrics say which node holds what. Zero value: DefaultNode(), the
-	// host name and process id.
+	// and metrics say which node holds what. Zero value: feed.DefaultNode(),
+	// the host name and process id.
 	Node string
 
 	// Logger receives operational events (listener reconnects, pruning).
@@ -124,7 +124,7 @@ func (o Options) withDefaults() Options {
 		o.SequencerBatch = DefaultSequencerBatch
 	}
 	if o.Node == "" {
-		o.Node = DefaultNode()
+		o.Node = feed.DefaultNode()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -2,8 +2,6 @@ package pgfeed
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 
 	"github.com/tidesync/tide/core/feed"
@@ -22,16 +20,6 @@ const (
 	appNamePrefix = "tide "
 	maxAppName    = 63
 )
-
-// DefaultNode returns the name a node goes by when its configuration names
-// none: the host name and the process id, as in "web-1:4242".
-func DefaultNode() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	return fmt.Sprintf("%s:%d", host, os.Getpid())
-}
 
 // RoleAppName returns the application_name of the connection with which
 // node holds role: "tide <role> <node>", cut to Postgres's 63 bytes.
