@@ -378,7 +378,7 @@ func TestNamesTheDatabase(t *testing.T) {
 	}
 	// No -d, DATABASE_URL or PG* variable: libpq's defaults, said so.
 	code, out, errs = tideEnv(t, nil, "status", "--schema", "nosuch_schema")
-	if code != exitFail || out != "" || !strings.Contains(errs, "tide status: ") || !strings.Contains(errs, "libpq defaults") {
+	if code != exitFail || out != "" || !strings.Contains(errs, "tide status: ") || !strings.Contains(errs, "libpq's defaults") {
 		t.Fatalf("defaults: %d %q %q", code, out, errs)
 	}
 }

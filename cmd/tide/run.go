@@ -28,9 +28,9 @@ const usage = `usage: tide <command> [flags]
 
 commands:
   migrate   install or upgrade tide's schema (idempotent)
-  status    schema version, head, floor, change-log size, replicator role
+  status    schema version, head, floor, change-log size, who holds each role
   tail      follow the change log as it commits
-  prune     drop changes past the retention limits
+  prune     drop changes past the retention limits (--dry-run to see first)
 
 common flags:
   -d, --database-url URL   the database (else DATABASE_URL, else PG* variables)
@@ -161,9 +161,13 @@ func (e *env) connect(opts pgfeed.Options) (*pgxpool.Pool, *pgfeed.Feed, error) 
 // flag or variable named it (libpq's defaults).
 func (e *env) where(cfg *pgxpool.Config) string {
 	c := cfg.ConnConfig
-	s := fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+	db := c.Database
+	if db == "" {
+		db = c.User // the server's default, as psql's
+	}
+	s := fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, db)
 	if e.url == "" && !e.pgVars() {
-		s += " (libpq defaults: no -d, DATABASE_URL or PG* variables)"
+		s += ", from libpq's defaults: no -d, DATABASE_URL or PG* variable named one"
 	}
 	return s
 }
