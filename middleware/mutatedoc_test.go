@@ -54,7 +54,7 @@ func TestMutateOverHTTPDocExamples(t *testing.T) {
 	if err := core.AddMutator(todos, "put", core.Mutator[putArgs]{
 		Authorize: func(context.Context, authz.Principal, putArgs) error { return nil },
 		Run: func(ctx context.Context, tx *core.Tx, a putArgs) error {
-			return todos.UpsertTx(ctx, tx, todo{ID: a.ID, ProjectID: a.ProjectID, Title: a.Title})
+			return todos.UpsertTx(ctx, tx, todo(a))
 		},
 	}); err != nil {
 		t.Fatal(err)
