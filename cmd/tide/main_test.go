@@ -327,8 +327,12 @@ func TestPruneBeyondHead(t *testing.T) {
 	// Writes after pruning at the head are read.
 	write(t, pool, schema, 2)
 	code, out, errs = tide(t, "tail", "--schema", schema, "--from", fmt.Sprint(head), "-n", "2")
-	if code != exitOK || strings.Count(out, "\ttodos\tupsert\t") != 2 {
+	if code != exitOK || strings.Count(out, "\ttodos\tupsert\t") != 2 || !strings.Contains(errs, "tide tail: postgres@") {
 		t.Fatalf("tail after pruning: %d %q %q", code, out, errs)
+	}
+	// Below the floor: those changes are gone, said at once.
+	if code, out, errs = tide(t, "tail", "--schema", schema, "--from", "1"); code != exitFail || out != "" || !strings.Contains(errs, "below the floor") {
+		t.Fatalf("tail below the floor: %d %q %q", code, out, errs)
 	}
 	if code, _, errs = tide(t, "prune", "--schema", schema, "--through", "-5"); code != exitUsage {
 		t.Fatalf("negative position: %d %q", code, errs)
@@ -350,6 +354,7 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"tail", "--scope", "p1,p2"}, exitFail, "no resource has 2 scope columns (todos: project_id)"},
 		{[]string{"tail", "-n", "-1"}, exitUsage, "-n -1"},
 		{[]string{"tail", "--from", "999999"}, exitFail, "beyond the head"},
+		{[]string{"tail", "--from", "-3"}, exitUsage, "--from -3"},
 		{[]string{"prune", "--through", "1", "--max-changes", "5"}, exitUsage, "does not combine"},
 		{[]string{"status", "extra"}, exitUsage, `unexpected argument "extra"`},
 	} {

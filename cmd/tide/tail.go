@@ -80,7 +80,16 @@ func tailFlags(fs *flag.FlagSet) func(*env) error {
 			if after > head {
 				return fmt.Errorf("--from %d is beyond the head %d: no change has that position yet", after, head)
 			}
+			floor, err := f.Floor(e.ctx)
+			if err != nil {
+				return err
+			}
+			if after < floor {
+				return fmt.Errorf("--from %d is below the floor %d: the changes up to the floor were pruned (use --from %d or more)", after, floor, floor)
+			}
 		}
+		// Standard output carries only changes; the database is named here.
+		fmt.Fprintf(e.err, "tide tail: %s, schema %s, changes after position %d\n", e.db, e.schema, after)
 		printed := 0
 		for *count == 0 || printed < *count {
 			changes, err := f.Tail(e.ctx, after, 1000)
