@@ -88,6 +88,10 @@
 //     commit together, and every read checks the floor in the statement
 //     that reads the changes; a cursor below it yields
 //     feed.ErrCursorExpired (a reset and a fresh snapshot for the client).
+//     Nor does it hide a change: the floor never passes the newest committed
+//     position (PruneThrough clamps to it), and a floor found above the
+//     position sequence (set by hand) is repaired at the start of each
+//     sequencer term, so changes committed later are read.
 //   - Changing a resource's table, key, scope or columns moves its floor at
 //     the next Migrate, so cursors from before get a reset instead of
 //     changes they would misread.

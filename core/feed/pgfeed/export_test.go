@@ -188,3 +188,14 @@ func (f *Feed) OnWALRefused(hook func()) { f.onWALRefused = hook }
 
 // Channel returns the channel the sequencer notifies after each step.
 func (f *Feed) Channel() string { return f.n.channel }
+
+// CheckFloor runs the sequencer's check of the floor against the position
+// sequence on a connection of the pool.
+func (f *Feed) CheckFloor(ctx context.Context) error {
+	c, err := f.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	return f.checkFloor(ctx, c.Conn())
+}

@@ -82,6 +82,13 @@ type Options struct {
 	// set, the feed polls. Zero value: false.
 	PollOnly bool
 
+	// Node names this node to operators: the connections that hold a
+	// database-wide role carry it in their application_name ("tide
+	// sequencer <Node>", see RoleAppName), so tide status, the status page
+	// and metrics say which node holds what. Zero value: feed.DefaultNode(),
+	// the host name and process id.
+	Node string
+
 	// Logger receives operational events (listener reconnects, pruning).
 	// Zero value: slog.Default().
 	Logger *slog.Logger
@@ -115,6 +122,9 @@ func (o Options) withDefaults() Options {
 	o.SequencerInterval = max(o.SequencerInterval, time.Millisecond)
 	if o.SequencerBatch <= 0 {
 		o.SequencerBatch = DefaultSequencerBatch
+	}
+	if o.Node == "" {
+		o.Node = feed.DefaultNode()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -31,6 +31,23 @@ func (f *Feed) Floor(ctx context.Context) (feed.Position, error) {
 // and a fresh snapshot. Several nodes may prune at once: one does the work,
 // the others return the floor as it is.
 func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
+	through, err := f.PruneTarget(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := f.pruneKeys(ctx); err != nil {
+		return 0, err
+	}
+	if err := f.pruneRevocations(ctx); err != nil {
+		return 0, err
+	}
+	return f.PruneThrough(ctx, through)
+}
+
+// PruneTarget returns the position through which Prune would drop changes
+// now under Options.MaxAge and Options.MaxChanges (0: none), without
+// dropping anything: what an operator's dry run shows.
+func (f *Feed) PruneTarget(ctx context.Context) (feed.Position, error) {
 	var through int64
 	if f.opts.MaxChanges > 0 {
 		err := f.pool.QueryRow(ctx, "SELECT pos FROM "+f.n.changes+" ORDER BY pos DESC OFFSET $1 LIMIT 1", f.opts.MaxChanges).Scan(&through)
@@ -50,17 +67,13 @@ func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
 		}
 		through = max(through, old)
 	}
-	if err := f.pruneKeys(ctx); err != nil {
-		return 0, err
-	}
-	if err := f.pruneRevocations(ctx); err != nil {
-		return 0, err
-	}
-	return f.PruneThrough(ctx, feed.Position(through))
+	return feed.Position(through), nil
 }
 
 // PruneThrough drops every change at or below through and moves the floor
-// up to it (it never moves down), in batches of at most 10,000 changes per
+// up to it (it never moves down, and never above the newest committed
+// position: through is clamped to it, so no change committed later falls
+// below the floor), in batches of at most 10,000 changes per
 // transaction. The floor and the deletion commit together, and every read
 // checks the floor in the statement that reads the changes, so no reader
 // sees a gap. It returns the floor.
@@ -77,6 +90,11 @@ func (f *Feed) PruneThrough(ctx context.Context, through feed.Position) (feed.Po
 			if err := tx.QueryRow(ctx, "SELECT floor FROM "+n.meta+" FOR UPDATE").Scan(&floor); err != nil {
 				return err
 			}
+			bound, berr := floorBound(ctx, tx, n, floor)
+			if berr != nil {
+				return berr
+			}
+			through = min(through, feed.Position(bound))
 			if !locked || floor >= pos(through) {
 				done = true
 				return nil

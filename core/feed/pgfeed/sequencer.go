@@ -146,7 +146,7 @@ func (f *Feed) sequencerConnect(ctx context.Context) (*pgx.Conn, error) {
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	cfg.RuntimeParams["application_name"] = "tide sequencer"
+	cfg.RuntimeParams["application_name"] = RoleAppName(RoleSequencer, f.opts.Node)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return pgx.ConnectConfig(cctx, cfg)
@@ -167,6 +167,9 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 		f.stepped.Store(nil)
 	}()
 	f.log.Info("pgfeed: sequencing", "schema", f.opts.Schema, "pid", conn.PgConn().PID())
+	if err := f.checkFloor(ctx, conn); err != nil {
+		return err
+	}
 
 	// A call is never abandoned half way: when ctx ends, the server is asked
 	// to cancel it and the call returns once the server has rolled it back,

@@ -63,6 +63,8 @@ func Feed(f *pgfeed.Feed, opts Options) prometheus.Collector {
 	return &statusCollector[S]{
 		read: func() S { return S{seq: f.SequencerStatus(), stats: f.Stats()} },
 		metrics: []statusMetric[S]{
+			info(opts, "node_info", "1, with tide_node the name this node goes by (pgfeed.Options.Node): the name tide status and the status page give a role's holder.",
+				"tide_node", func(S) string { return f.Node() }),
 			stateSet(opts, "sequencer_role", "1 for this node's sequencer role (off: not a candidate; standby; leader), 0 for the others.",
 				sequencerRoles, func(s S) string { return s.seq.Role.String() }),
 			gauge(opts, "sequencer_leader", "1 while this node holds the sequencer role and gives committed changes their positions, else 0.",
@@ -125,14 +127,21 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// statusMetric is one metric of a statusCollector: a value, or, when
-// states is set, a state set (one series per state, 1 for the current one).
+// statusMetric is one metric of a statusCollector: a value; or, when
+// states is set, a state set (one series per state, 1 for the current
+// one); or, when label is set, an info metric (1, with label's value).
 type statusMetric[S any] struct {
 	desc   *prometheus.Desc
 	kind   prometheus.ValueType
 	value  func(S) float64
 	states []string
 	state  func(S) string
+	label  func(S) string
+}
+
+// info returns a gauge of value 1 whose label name carries a value.
+func info[S any](opts Options, name, help, label string, value func(S) string) statusMetric[S] {
+	return statusMetric[S]{desc: desc(opts, name, help, label), kind: prometheus.GaugeValue, label: value}
 }
 
 // stateSet returns a gauge with a "role" label over the bounded set states.
@@ -155,6 +164,10 @@ func (c *statusCollector[S]) Describe(ch chan<- *prometheus.Desc) {
 func (c *statusCollector[S]) Collect(ch chan<- prometheus.Metric) {
 	s := c.read()
 	for _, m := range c.metrics {
+		if m.label != nil {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, 1, m.label(s))
+			continue
+		}
 		if m.states == nil {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(s))
 			continue
