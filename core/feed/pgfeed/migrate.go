@@ -154,6 +154,9 @@ $tide$`,
   ADD CONSTRAINT meta_cursor_key_size CHECK (pg_catalog.octet_length(cursor_key) = ` + strconv.Itoa(feed.CursorKeySize) + `)`,
 		}
 	}},
+	// Version 8: each change written once (see ticks.go): the capture
+	// writes the change log itself, and sequencing steps write ticks.
+	{8, ticksMigration},
 }
 
 // positionBlock is how many positions a durable reservation covers: a

@@ -71,7 +71,7 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var head, pending int64
-	if err := tx.QueryRow(ctx, `SELECT `+f.n.headExpr+`, (SELECT count(*) FROM (SELECT 1 FROM `+f.n.outbox+` LIMIT 1) o)`).Scan(&head, &pending); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT `+f.n.headExpr+`, `+f.n.pendingExpr()).Scan(&head, &pending); err != nil {
 		return false, err
 	}
 	if pending > 0 {

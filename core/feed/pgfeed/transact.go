@@ -46,13 +46,10 @@ var _ feed.WriteLister = (*Tx)(nil)
 // between scopes are listed as the capture logs them: a delete in the old
 // scope and an upsert in the new.
 func (t *Tx) Written(ctx context.Context) ([]feed.Written, error) {
-	if t.f.opts.brokenCapture {
-		return nil, errors.New("pgfeed: the test capture writes no outbox; its writes cannot be listed")
-	}
 	if _, err := t.tx.Exec(ctx, "SET CONSTRAINTS ALL IMMEDIATE"); err != nil {
 		return nil, err
 	}
-	rows, err := t.tx.Query(ctx, "SELECT resource, op, scope FROM "+t.f.n.outbox+" WHERE xid = pg_catalog.pg_current_xact_id()")
+	rows, err := t.tx.Query(ctx, "SELECT resource, op, scope FROM "+t.f.n.changes+" WHERE xid = pg_catalog.pg_current_xact_id() ORDER BY ord")
 	if err != nil {
 		return nil, err
 	}

@@ -119,14 +119,14 @@ var todoSchema = &feed.Schema{
 	Scope: []int{1},
 }
 
-// waitDrained waits until the outbox is empty and the change log holds
+// waitDrained waits until every committed change has a position and the change log holds
 // want changes, looking again after each of the sequencer's notifications
 // (and after a quiet second, should one be missed), until ctx ends. It
 // returns the last counts it read.
 func waitDrained(ctx context.Context, t *testing.T, conn *pgx.Conn, f *pgfeed.Feed, want int64) (outbox, logged int64) {
 	t.Helper()
 	for ctx.Err() == nil {
-		err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+f.OutboxTable()+"), (SELECT count(*) FROM "+f.ChangesTable()+")").Scan(&outbox, &logged)
+		err := conn.QueryRow(ctx, "SELECT ("+f.PendingSQL()+"), (SELECT count(*) FROM "+f.ChangesTable()+")").Scan(&outbox, &logged)
 		if err != nil {
 			t.Fatal(err)
 		}

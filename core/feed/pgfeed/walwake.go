@@ -60,7 +60,7 @@ func (w *walWaker) stop() {
 
 // refresh reads the outbox's file locator again.
 func (w *walWaker) refresh(ctx context.Context, conn *pgx.Conn) error {
-	s, err := w.f.outboxScan(ctx, conn)
+	s, err := w.f.logScan(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -256,14 +256,14 @@ func parseLSN(s string) (uint64, error) {
 	return h<<32 | l, nil
 }
 
-// outboxScan reads where the outbox's writes appear in the WAL: its file
+// logScan reads where the outbox's writes appear in the WAL: its file
 // locator and the WAL's page size.
-func (f *Feed) outboxScan(ctx context.Context, conn *pgx.Conn) (*walScan, error) {
+func (f *Feed) logScan(ctx context.Context, conn *pgx.Conn) (*walScan, error) {
 	var block, tablespace, database, filenode uint32
 	err := conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('wal_block_size')::int,
   coalesce(nullif(c.reltablespace, 0), d.dattablespace)::oid::bigint, d.oid::bigint, pg_catalog.pg_relation_filenode(c.oid)::bigint
 FROM pg_catalog.pg_class c, pg_catalog.pg_database d
-WHERE c.oid = `+quoteLit(f.n.outbox)+`::regclass AND d.datname = pg_catalog.current_database()`).Scan(&block, &tablespace, &database, &filenode)
+WHERE c.oid = `+quoteLit(f.n.changes)+`::regclass AND d.datname = pg_catalog.current_database()`).Scan(&block, &tablespace, &database, &filenode)
 	if err != nil {
 		return nil, err
 	}
