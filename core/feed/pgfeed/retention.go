@@ -86,10 +86,15 @@ func (f *Feed) PruneThrough(ctx context.Context, through feed.Position) (feed.Po
 			// The end of this batch: through, or pruneBatch positions
 			// above the floor if that comes first.
 			next := min(pos(through), floor+pruneBatch)
-			if _, err := tx.Exec(ctx, `DELETE FROM `+n.changes+` l USING (
-  SELECT u.xid, u.first FROM `+n.ticks+` t CROSS JOIN LATERAL unnest(t.xids, t.firsts) u(xid, first)
-  WHERE t.pos >= `+n.containingTick("$1")+` AND t.pos <= $2) x
-WHERE l.xid = x.xid AND x.first + l.ord > $1 AND x.first + l.ord <= $2`, floor, next); err != nil {
+			// The changes of every transaction whose positions all lie at
+			// or below next (one that straddles it goes with a later
+			// batch; the floor hides it meanwhile).
+			if _, err := tx.Exec(ctx, `DELETE FROM `+n.changes+` l WHERE l.xid = ANY (ARRAY(
+  SELECT x.xid FROM (
+    SELECT u.xid, lead(u.first, 1, t.next) OVER (PARTITION BY t.pos ORDER BY u.first) - 1 AS last
+    FROM `+n.ticks+` t CROSS JOIN LATERAL unnest(t.xids, t.firsts) u(xid, first)
+    WHERE t.pos >= `+n.containingTick("$1")+` AND t.pos <= $2) x
+  WHERE x.last <= $2))`, floor, next); err != nil {
 				return err
 			}
 			// The last tick stays: the next step reads its snapshot.

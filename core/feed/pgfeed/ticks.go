@@ -273,7 +273,7 @@ BEGIN
   reserved := ` + n.stepFn + `();
   RETURN QUERY WITH ` + n.tickCTEs() + `
   SELECT h.head, ` + logCols + `
-  FROM tk_o u JOIN ` + n.changes + ` l ON l.xid = u.xid CROSS JOIN tk_head h
+  FROM tk_o u CROSS JOIN LATERAL (SELECT * FROM ` + n.changes + ` l WHERE l.xid = u.xid) l CROSS JOIN tk_head h
   WHERE max_txs <= 0 OR u.rn <= max_txs ORDER BY 2;
   GET DIAGNOSTICS moved = ROW_COUNT;
   IF moved > 0 THEN
