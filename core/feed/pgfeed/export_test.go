@@ -56,10 +56,7 @@ func (f *Feed) PendingSQL() string { return "SELECT " + f.n.pendingExpr() }
 
 // LogSQL is a FROM item (alias c) of every change with a position: pos,
 // resource, op, key, scope, data, origin, prev, committed_at and xid.
-func (f *Feed) LogSQL() string {
-	return `(SELECT u.first + l.ord AS pos, l.resource, l.op, l.key, l.scope, l.data, l.origin, l.prev, l.committed_at, l.xid
-FROM ` + f.n.ticks + ` t CROSS JOIN LATERAL unnest(t.xids, t.firsts) u(xid, first) JOIN ` + f.n.changes + ` l ON l.xid = u.xid) c`
-}
+func (f *Feed) LogSQL() string { return f.n.schema + ".log c" }
 
 // TicksTable returns the qualified ticks table.
 func (f *Feed) TicksTable() string { return f.n.ticks }

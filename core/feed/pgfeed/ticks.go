@@ -175,6 +175,10 @@ func ticksMigration(n names) []string {
 		// The first tick: no transaction, at the head; the next step
 		// takes every transaction this snapshot does not see.
 		`INSERT INTO ` + n.ticks + ` (pos, next, xids, firsts, snap) SELECT m.floor, m.floor + 1, '{}', '{}', pg_catalog.pg_current_snapshot() FROM ` + n.meta + ` m`,
+		// Every change with its position, for people and tools: reads of
+		// tide itself join the ticks to the log with their own bounds.
+		`CREATE VIEW ` + n.schema + `.log AS SELECT u.first + c.ord AS pos, c.resource, c.op, c.key, c.scope, c.data, c.origin, c.prev, c.committed_at, c.xid
+FROM ` + n.ticks + ` t CROSS JOIN LATERAL unnest(t.xids, t.firsts) u(xid, first) JOIN ` + n.changes + ` c ON c.xid = u.xid`,
 		`CREATE VIEW ` + n.outbox + ` AS SELECT NULL::bigint AS id, c.xid, c.resource, c.op, c.key, c.scope, c.data, c.origin, c.prev FROM ` + n.changes + ` c WHERE false`,
 		`CREATE FUNCTION ` + n.schema + `.outbox_insert() RETURNS trigger LANGUAGE plpgsql AS $tide$
 DECLARE
