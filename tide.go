@@ -76,8 +76,8 @@ type Tide struct {
 // table and installs its capture, and starts the node's background work:
 // the feed's sequencer candidate, the pruner and the engine's tailer
 // (Engine.Start). From then on the node gives committed changes their
-// positions and prunes whether or not any client is connected, so the
-// outbox of synced writes stays short while no one subscribes. Since
+// positions and prunes whether or not any client is connected, so synced
+// writes do not wait for a first subscriber to be sequenced. Since
 // Migrate runs after register returns, no resource can miss its capture; a
 // resource registered later on Engine is refused to subscribers
 // (not_captured) until Migrate runs again with Engine.Schemas(). The app
@@ -129,7 +129,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg Config, register func(e *
 			return nil, err
 		}
 		// Sequencing does not wait for a subscriber: without it, every
-		// synced commit would wait in the outbox until the first client
+		// synced commit would wait for its position until the first client
 		// came.
 		f.StartSequencer()
 		if !cfg.NoPruner {

@@ -436,7 +436,7 @@ func TestMutateGrantsProperty(t *testing.T) {
 
 // BenchmarkMutateGrants: a mutation on Postgres, run with Engine.Mutate,
 // for a principal without grants (no check) and one with grants (its
-// writes listed from the outbox and checked).
+// writes listed from the change log and checked).
 func BenchmarkMutateGrants(b *testing.B) {
 	for _, name := range []string{"no grants", "grants"} {
 		b.Run(name, func(b *testing.B) {

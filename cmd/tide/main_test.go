@@ -251,7 +251,7 @@ func TestTail(t *testing.T) {
 	// Following: the command waits for a change committed after it starts.
 	done := make(chan string)
 	var head int64
-	if err := pool.QueryRow(context.Background(), `SELECT coalesce(max(pos), 0) FROM `+schema+`.changes`).Scan(&head); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(max(pos), 0) FROM `+schema+`.log`).Scan(&head); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -268,7 +268,7 @@ func TestPrune(t *testing.T) {
 	pool, schema := setup(t)
 	write(t, pool, schema, 6)
 	var third int64
-	if err := pool.QueryRow(context.Background(), `SELECT pos FROM `+schema+`.changes ORDER BY pos OFFSET 2 LIMIT 1`).Scan(&third); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT pos FROM `+schema+`.log ORDER BY pos OFFSET 2 LIMIT 1`).Scan(&third); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs := tide(t, "prune", "--schema", schema, "--through", fmt.Sprint(third), "--json")

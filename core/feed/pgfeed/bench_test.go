@@ -44,7 +44,7 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE e2e_items"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+srv.feed.OutboxTable()+", "+srv.feed.ChangesTable()); err != nil {
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+srv.feed.TicksTable()+", "+srv.feed.ChangesTable()); err != nil {
 		b.Fatal(err)
 	}
 	head, err := srv.feed.Head(ctx)

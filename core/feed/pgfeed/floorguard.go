@@ -6,31 +6,31 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The floor must stay at or below the head. Positions come from a
-// sequence, and reads return only changes above the floor: a floor placed
-// above the newest committed position would hide every change the
-// sequencer numbers below it, so connected clients would silently stop
-// receiving changes. Two guards keep that from happening, whoever asks:
-// pruning never moves the floor past the newest committed position
-// (floorBound), and each sequencer term starts by moving the sequence past
-// a floor found above it (repairFloor), so a floor set by hand or by an
-// older version costs a reset, never a silent stop.
+// The floor must stay at or below the head. Reads return only changes
+// above the floor: a floor placed above the newest position would hide
+// every change numbered below it, so connected clients would silently stop
+// receiving changes. Three guards keep that from happening, whoever asks:
+// pruning never moves the floor past the newest position (floorBound);
+// every step gives positions above the floor as well as above the last
+// tick (see tickCTEs); and each sequencer term starts by moving the
+// sequence past a floor found above it, saying so loudly (repairFloor), so
+// a floor set by hand or by an older version costs a reset, never a silent
+// stop.
 
 // floorBound returns the highest floor that loses no deliverable change:
-// the newest position in the change log, or floor (the current one) when
-// the log holds nothing above it. Positions a step gives later come from
-// the sequence, above every committed one, so they stay above the bound.
+// the last position the ticks give, or floor (the current one) when that
+// is below it. Positions a step gives later are above both.
 func floorBound(ctx context.Context, tx pgx.Tx, n names, floor int64) (int64, error) {
 	var newest int64
-	if err := tx.QueryRow(ctx, "SELECT coalesce(max(pos), 0) FROM "+n.changes).Scan(&newest); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT coalesce((SELECT t.next - 1 FROM "+n.ticks+" t ORDER BY t.pos DESC LIMIT 1), 0)").Scan(&newest); err != nil {
 		return 0, err
 	}
 	return max(newest, floor), nil
 }
 
 // repairFloor moves the position sequence past the floor if the floor is
-// at or above the next position it would give, and reports whether it
-// did (with the floor and the position the sequence would have given).
+// at or above the next position a step would give, and reports whether it
+// did (with the floor and the position a step would have given).
 // It holds the step lock, so no step runs meanwhile.
 func repairFloor(ctx context.Context, conn *pgx.Conn, n names) (repaired bool, floor, next int64, err error) {
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -39,13 +39,10 @@ func repairFloor(ctx context.Context, conn *pgx.Conn, n names) (repaired bool, f
 		}
 		var last int64
 		var called bool
-		if err := tx.QueryRow(ctx, "SELECT m.floor, s.last_value, s.is_called FROM "+n.meta+" m, "+n.seq+" s").Scan(&floor, &last, &called); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT m.floor, greatest(s.last_value, coalesce((SELECT t.next - 1 FROM "+n.ticks+" t ORDER BY t.pos DESC LIMIT 1), 0)), s.is_called FROM "+n.meta+" m, "+n.seq+" s").Scan(&floor, &last, &called); err != nil {
 			return err
 		}
-		next = last
-		if called {
-			next++
-		}
+		next = last + 1
 		if next > floor {
 			return nil
 		}

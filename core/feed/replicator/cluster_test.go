@@ -441,7 +441,7 @@ func subjectToken(s string) string {
 // logPositions returns the change log's positions above after.
 func (c *cluster) logPositions(ctx context.Context, after feed.Position) []feed.Position {
 	c.t.Helper()
-	rs, err := c.admin.Query(ctx, "SELECT pos FROM "+pgx.Identifier{c.schema, "changes"}.Sanitize()+" WHERE pos > $1 ORDER BY pos", int64(after))
+	rs, err := c.admin.Query(ctx, "SELECT pos FROM "+pgx.Identifier{c.schema, "log"}.Sanitize()+" WHERE pos > $1 ORDER BY pos", int64(after))
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -75,7 +75,6 @@ func Feed(f *pgfeed.Feed, opts Options) prometheus.Collector {
 			gauge(opts, "sequencer_wal_stream", "1 while this node's sequencer learns of new changes from the WAL stream, 0 while it polls or is not the leader.",
 				func(s S) float64 { return b2f(s.seq.WALStream) }),
 			counter(opts, "sequencer_wal_wakeups_total", "Looks at new changes that the WAL stream started.", func(s S) int64 { return s.seq.WALWakeups }),
-			counter(opts, "sequencer_outbox_shrinks_total", "Vacuums that gave the outbox's empty pages back after a burst of writes had grown it.", func(s S) int64 { return s.seq.OutboxShrinks }),
 			counter(opts, "feed_listener_connects_total", "LISTEN connections the feed established (1 + reconnects).", func(s S) int64 { return s.stats.ListenerConnects }),
 			counter(opts, "feed_notifications_total", "Change notifications the feed's listener received.", func(s S) int64 { return s.stats.Notifications }),
 			counter(opts, "feed_polls_total", "Tail reads started by the poll timer rather than a notification.", func(s S) int64 { return s.stats.Polls }),
