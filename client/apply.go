@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/tidesync/tide/core/protocol"
@@ -141,9 +142,28 @@ func (s *session) caughtUp(inst *subInst, f protocol.ServerFrame) {
 func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.ServerFrame, b Batch) {
 	c, st := s.c, inst.st
 	sc := st.copy
+	if sc.norm.resources != nil && f.Type == protocol.FrameChanges && snapshotCursor(f.Cursor) {
+		// A snapshot of several resources sends each resource's rows in
+		// turn: the copy takes them all at once, at the caught-up, so it
+		// never shows a comment without its todo meanwhile.
+		if inst.snap == nil {
+			inst.snap = &heldSnapshot{base: sc.base}
+		}
+		inst.snap.base = applyBase(sc.norm, inst.snap.base, b.Reset, b.Entries)
+		inst.snap.reset = inst.snap.reset || b.Reset
+		inst.needReset = false
+		return
+	}
+	held := inst.snap
+	inst.snap = nil
 	c.lmu.Lock()
 	base := sc.base
-	if b.Reset || len(b.Entries) > 0 {
+	if held != nil && f.Type != protocol.FrameReset {
+		base, b.Reset = held.base, b.Reset || held.reset
+		if len(b.Entries) > 0 {
+			base = applyBase(sc.norm, base, false, b.Entries)
+		}
+	} else if b.Reset || len(b.Entries) > 0 {
 		base = applyBase(sc.norm, sc.base, b.Reset, b.Entries)
 	}
 	cursor := sc.cursor
@@ -199,6 +219,19 @@ func (s *session) applySync(ctx context.Context, inst *subInst, f protocol.Serve
 	case protocol.FrameCaughtUp:
 		s.caughtUp(inst, f)
 	}
+}
+
+// heldSnapshot is the copy a snapshot of several resources builds until
+// its caught-up: the rows so far, and whether it began with a reset.
+type heldSnapshot struct {
+	base  map[string]json.RawMessage
+	reset bool
+}
+
+// snapshotCursor reports whether cursor is one of a snapshot in progress.
+func snapshotCursor(cursor string) bool {
+	c, err := protocol.ParseCursor(cursor)
+	return err == nil && c.Snapshot
 }
 
 // entries checks a frame's entries for inst: an entry without a resource

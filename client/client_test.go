@@ -56,7 +56,7 @@ func TestSubscribeValidatesAndRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewMirror()
+	h := newTestRows()
 	if _, err := c.Subscribe(Scope{}, h); !errors.Is(err, ErrInvalidScope) {
 		t.Errorf("subscribing to nothing: %v, want ErrInvalidScope", err)
 	}
@@ -72,7 +72,7 @@ func TestSubscribeValidatesAndRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	same := Scope{Resource: "todos", Conditions: map[string]any{"p": map[string]any{"in": []string{"b", "a"}}}}
-	if _, err := c.Subscribe(same, NewMirror()); !errors.Is(err, ErrDuplicateScope) {
+	if _, err := c.Subscribe(same, newTestRows()); !errors.Is(err, ErrDuplicateScope) {
 		t.Errorf("same scope twice: %v, want ErrDuplicateScope", err)
 	}
 
@@ -94,7 +94,7 @@ func TestSubscribeValidatesAndRecords(t *testing.T) {
 	if !ok || r.State != StateUnsubscribed || r.Cursor != cur(5) {
 		t.Errorf("record after Unsubscribe = %+v, %v; want it kept, marked unsubscribed", r, ok)
 	}
-	if _, err := c.Subscribe(same, NewMirror()); err != nil {
+	if _, err := c.Subscribe(same, newTestRows()); err != nil {
 		t.Errorf("subscribing again after Unsubscribe: %v", err)
 	}
 }

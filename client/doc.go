@@ -52,7 +52,13 @@
 // Every entry of its batches names its resource (Entry.Resource), entries of
 // all three arrive in commit order, and the changes of one server
 // transaction arrive in one Batch (one change of a synced scope's rows), so
-// the copy never shows a comment before its todo. Each resource's policy
+// the copy never shows a comment before its todo. A first snapshot (no
+// cursor, or after a reset) is the exception on the wire: the server sends
+// each resource's current rows in turn. A synced scope's copy takes all of
+// them at once, at the caught-up, and shows its previous rows until then
+// (a connection lost meanwhile starts the snapshot again). A Handler gets
+// the snapshot's pages as they come, one resource after another: its copy
+// is consistent at the Batch with CaughtUp. Each resource's policy
 // must allow the scope; if one refuses, the scope fails with that
 // resource's code.
 //

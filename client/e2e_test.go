@@ -65,7 +65,7 @@ func (w *storeWatch) wait(ctx context.Context, t *testing.T, s Scope, what strin
 }
 
 // expectRows waits until m holds exactly want.
-func expectRows(ctx context.Context, t *testing.T, m *Mirror, want map[string]todo) {
+func expectRows(ctx context.Context, t *testing.T, m *testRows, want map[string]todo) {
 	t.Helper()
 	err := m.Wait(ctx, func(rows map[string]json.RawMessage) bool {
 		if len(rows) != len(want) {
@@ -411,9 +411,9 @@ func TestE2EManyScopesAllSubscribed(t *testing.T) {
 		srv.upsert(t, ctx, todo{ID: fmt.Sprintf("t%d", i), ProjectID: fmt.Sprintf("p%d", i)})
 	}
 	c, events := newTestClient(t, Config{URL: srv.url})
-	mirrors := make([]*Mirror, n)
+	mirrors := make([]*testRows, n)
 	for i := range n {
-		mirrors[i] = NewMirror()
+		mirrors[i] = newTestRows()
 		if _, err := c.Subscribe(Scope{Resource: "todos", Conditions: map[string]any{"project_id": fmt.Sprintf("p%d", i)}}, mirrors[i]); err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 // Handler applies batches of changes of one scope to the app's copy of it.
 // The client calls Apply from one goroutine, one batch at a time, in the
 // order the server sent them, so a Handler serving one scope needs no
-// locking of its own (Mirror locks because other goroutines read it).
+// locking of its own (unless other goroutines read the copy).
 //
 // When Apply returns nil the batch's cursor is persisted. When it returns an
 // error nothing is persisted, the error is reported (EventApplyError) and the

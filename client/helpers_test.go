@@ -36,9 +36,9 @@ func testCtx(t *testing.T) context.Context {
 // ---- handler that records batches ----
 
 // recorder is a Handler that records every batch it accepts and forwards it
-// to a Mirror. hook, if set, runs first and may fail the apply.
+// to a testRows. hook, if set, runs first and may fail the apply.
 type recorder struct {
-	mirror Mirror
+	mirror testRows
 	hook   func(Batch) error // runs on the client's apply goroutine
 
 	mu       sync.Mutex
@@ -327,7 +327,7 @@ func newRealServerWith(t *testing.T, cfg core.Config, policy authz.Policy, opts 
 	if err != nil {
 		t.Fatalf("core.Register: %v", err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, opts...))
+	srv := httptest.NewServer(middleware.Middleware(e, opts...)(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
 		defer cancel()
@@ -362,7 +362,7 @@ func (s *realServer) head(t *testing.T) protocol.Cursor {
 	return protocol.Cursor{Epoch: s.engine.Feed().Epoch(), Pos: uint64(pos)}
 }
 
-// decodeRows decodes a Mirror's rows.
+// decodeRows decodes a testRows's rows.
 func decodeRows(t *testing.T, rows map[string]json.RawMessage) map[string]todo {
 	t.Helper()
 	out := make(map[string]todo, len(rows))

@@ -17,8 +17,8 @@ func entry(op, key, row string) protocol.Entry {
 	return e
 }
 
-func TestMirrorApply(t *testing.T) {
-	var m Mirror // zero value
+func TestTestRowsApply(t *testing.T) {
+	var m testRows // zero value
 	ctx := context.Background()
 	_ = m.Apply(ctx, Batch{Entries: []protocol.Entry{
 		entry("upsert", "a", `{"id":"a","v":1}`),
@@ -44,8 +44,8 @@ func TestMirrorApply(t *testing.T) {
 	}
 }
 
-func TestMirrorWait(t *testing.T) {
-	m := NewMirror()
+func TestTestRowsWait(t *testing.T) {
+	m := newTestRows()
 	ctx := testCtx(t)
 	done := make(chan error, 1)
 	waiting := make(chan struct{})

@@ -311,7 +311,9 @@ func TestSyncedCopyResumesAfterRestart(t *testing.T) {
 	}
 }
 
-func TestMirrorRefusesAPersistedStore(t *testing.T) {
+// TestSyncIgnoresACursorWithoutRows: a cursor stored without rows is never
+// used by Sync.
+func TestSyncIgnoresACursorWithoutRows(t *testing.T) {
 	store, err := NewFileStore(filepath.Join(t.TempDir(), "tide.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -320,10 +322,6 @@ func TestMirrorRefusesAPersistedStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Subscribe(scopeA, NewMirror()); !errors.Is(err, ErrMirrorPersisted) {
-		t.Errorf("Subscribe with a Mirror and a FileStore: %v, want ErrMirrorPersisted", err)
-	}
-	// A cursor stored without rows is never used by Sync.
 	d, _ := scopeA.Digest()
 	n, _ := scopeA.normalize()
 	_ = store.Save(context.Background(), Record{Digest: d, Resource: "todos", Conditions: n.condJSON, State: StateLive, Cursor: cur(9)})
@@ -441,7 +439,7 @@ func TestIdenticalTokenIsNotResent(t *testing.T) {
 		}
 	}
 	// Nothing else was sent: the next frame is a subscribe made now.
-	r.subscribe(t, scopeB, NewMirror())
+	r.subscribe(t, scopeB, newTestRows())
 	fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if n := calls.Load(); n != 5 {
 		t.Errorf("%d token calls, want 5", n)

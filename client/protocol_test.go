@@ -98,8 +98,8 @@ func TestHelloAndSubscribeFrames(t *testing.T) {
 		},
 	})
 	a := Scope{Resource: "todos", Conditions: map[string]any{"project_id": map[string]any{"in": []string{"p8", "p7", "p7"}}}}
-	r.subscribe(t, a, NewMirror())
-	r.subscribe(t, Scope{Resource: "todos"}, NewMirror())
+	r.subscribe(t, a, newTestRows())
+	r.subscribe(t, Scope{Resource: "todos"}, newTestRows())
 	start(t, r.c)
 
 	fc := r.fs.accept(ctx, t)
@@ -121,7 +121,7 @@ func TestHelloAndSubscribeFrames(t *testing.T) {
 	r.events.waitKind(ctx, t, EventConnected, 1)
 
 	// Subscribing while connected subscribes at once, with a fresh id.
-	r.subscribe(t, scopeA, NewMirror())
+	r.subscribe(t, scopeA, newTestRows())
 	s3 := fc.nextOf(ctx, t, protocol.FrameSubscribe)
 	if string(s3.Conditions["project_id"]) != `"p1"` {
 		t.Errorf("third subscribe = %+v", s3)
@@ -541,7 +541,7 @@ func TestInvalidCursorResubscribesWithoutOne(t *testing.T) {
 func TestForbiddenIsNotRetriedOnTheConnection(t *testing.T) {
 	ctx := testCtx(t)
 	r := newFakeRig(t, Config{})
-	r.subscribe(t, scopeA, NewMirror())
+	r.subscribe(t, scopeA, newTestRows())
 	start(t, r.c)
 	fc := r.fs.accept(ctx, t)
 	fc.handshake(ctx, t)
@@ -553,7 +553,7 @@ func TestForbiddenIsNotRetriedOnTheConnection(t *testing.T) {
 	}
 	// Any immediate retry would have been sent before the event; the next
 	// frame must be B's subscribe.
-	r.subscribe(t, scopeB, NewMirror())
+	r.subscribe(t, scopeB, newTestRows())
 	if s := fc.nextOf(ctx, t, protocol.FrameSubscribe); string(s.Conditions["project_id"]) != `"p2"` {
 		t.Errorf("next frame %+v, want B's subscribe (A must not be retried on this connection)", s)
 	}
@@ -579,7 +579,7 @@ func TestUnavailableIsRetriedOnTheConnection(t *testing.T) {
 			ctx := testCtx(t)
 			r := newFakeRig(t, Config{})
 			r.seed(t, scopeA, cur(4))
-			r.subscribe(t, scopeA, NewMirror())
+			r.subscribe(t, scopeA, newTestRows())
 			start(t, r.c)
 			fc := r.fs.accept(ctx, t)
 			fc.handshake(ctx, t)
@@ -659,7 +659,7 @@ func TestCloseCodes(t *testing.T) {
 		t.Run(fmt.Sprintf("%d reconnects", code), func(t *testing.T) {
 			ctx := testCtx(t)
 			r := newFakeRig(t, Config{})
-			r.subscribe(t, scopeA, NewMirror())
+			r.subscribe(t, scopeA, newTestRows())
 			start(t, r.c)
 			fc := r.fs.accept(ctx, t)
 			fc.handshake(ctx, t)

@@ -91,6 +91,9 @@ type subInst struct {
 	// live: caught up at least once, so entries are live pushes (loop
 	// only).
 	live bool
+	// snap holds the pages of a snapshot of several resources until its
+	// caught-up, for a synced scope (loop only; see applySync).
+	snap *heldSnapshot
 }
 
 // sessionResult tells Run how a session ended.

@@ -35,12 +35,6 @@ const (
 	SubFailed SubState = "failed"
 )
 
-// ErrMirrorPersisted is returned by Subscribe for a *Mirror with a Store
-// other than a MemoryStore: a Mirror starts empty, so resuming it from a
-// persisted cursor would give an incomplete copy. Use Client.Sync, which
-// persists the rows with the cursor.
-var ErrMirrorPersisted = errors.New("client: a Mirror cannot resume from a persisted cursor; use Client.Sync")
-
 // Sync subscribes to scope s and keeps its rows in the client's local
 // store: read them with Subscription.Rows, and learn of changes with
 // Subscription.Changed. This is the default way to sync a scope.
@@ -63,19 +57,15 @@ func (c *Client) Sync(s Scope) (*Subscription, error) {
 // while Run is active: the scope is subscribed on the current connection,
 // if any, and on every later one, with its stored cursor. Subscribing to an
 // invalid scope (an empty Resource, malformed conditions), to a scope the
-// client already holds, with a nil Handler, or with a *Mirror and a Store
-// that persists (ErrMirrorPersisted) is an error.
+// client already holds, or with a nil Handler is an error. The Handler
+// must hold the copy the stored cursor stands for: with a persistent store
+// it resumes from that cursor and gets only what changed since.
 //
 // The scope's record is created in the store if it has none. When there is
 // no stored cursor the first batch has Reset set.
 func (c *Client) Subscribe(s Scope, h Handler) (*Subscription, error) {
 	if h == nil {
 		return nil, errors.New("client: Subscribe: nil Handler (use Sync to let the client keep the rows)")
-	}
-	if _, ok := h.(*Mirror); ok {
-		if _, mem := c.store.(*MemoryStore); !mem {
-			return nil, fmt.Errorf("client: Subscribe %s: %w", s, ErrMirrorPersisted)
-		}
 	}
 	return c.subscribe(s, h)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -48,7 +49,7 @@ func newAuthEnv(t *testing.T, res core.Resource[todo]) *authEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -369,7 +370,7 @@ func TestRowFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		_ = e.Shutdown(context.Background())
 		ts.Close()
@@ -470,7 +471,7 @@ func TestConditionsValidatedBeforePolicy(t *testing.T) {
 	if _, err := core.Register(e, core.Resource[item]{Table: "items", Authorize: recordAll}); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		_ = e.Shutdown(context.Background())
 		ts.Close()

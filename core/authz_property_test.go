@@ -538,7 +538,7 @@ func newPropWorld(t *testing.T, rng *rand.Rand) *propWorld {
 		err := json.Unmarshal([]byte(h), &p)
 		return authz.Principal{ID: p.ID, Claims: p.Claims}, err
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(principalHook)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(principalHook))(http.NotFoundHandler()))
 	w.url = "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
 	t.Cleanup(func() {
 		for _, c := range w.conns {

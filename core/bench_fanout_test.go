@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ func benchFanout(b *testing.B, subs int, obs core.Observer, origin string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e))
+	ts := httptest.NewServer(middleware.Middleware(e)(http.NotFoundHandler()))
 	defer ts.Close()
 	defer e.Shutdown(context.Background())
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"

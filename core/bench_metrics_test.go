@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -150,7 +151,7 @@ func newFanoutRig(b *testing.B, subs int, obs core.Observer) *fanoutRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e))
+	ts := httptest.NewServer(middleware.Middleware(e)(http.NotFoundHandler()))
 	r := &fanoutRig{todos: todos, subs: subs}
 	r.target.Store(-1)
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"

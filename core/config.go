@@ -181,6 +181,13 @@ type Config struct {
 	// Logger receives operational events. Zero value: slog.Default().
 	Logger *slog.Logger
 
+	// Roles are the other parts of this node that take part in a
+	// database-wide role election (the replicator), reported by
+	// Engine.Roles and the status page after the feed's own (a feed that
+	// implements feed.RoleReporter, as the Postgres feed does). Zero value:
+	// the feed's alone.
+	Roles []feed.RoleReporter
+
 	// Observer is told of every counted event (connections, subscriptions,
 	// deliveries, drops, mutations...), for metrics: see
 	// core/metrics/tideprom. Zero value: NopObserver.

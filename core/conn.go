@@ -251,7 +251,9 @@ func (c *conn) subscribe(f protocol.ClientFrame) {
 	e.wg.Add(1)
 	c.mu.Unlock()
 	e.stats.subscriptions.Add(1)
-	e.cfg.Observer.Subscribed(req.res.schema.Name)
+	for _, t := range req.targets {
+		e.cfg.Observer.Subscribed(t.res.schema.Name)
+	}
 	go s.start(req)
 }
 
@@ -273,7 +275,7 @@ func (c *conn) dropSub(s *subscription) {
 		delete(c.subs, s.id)
 		c.e.bounds.dropSubs(c.pid, 1)
 		c.e.stats.subscriptions.Add(-1)
-		c.e.cfg.Observer.SubscriptionEnded(s.res.schema.Name)
+		s.observeEnded()
 	}
 	c.mu.Unlock()
 	s.close()

@@ -52,7 +52,7 @@ func newCursorNodeOf(t *testing.T, cfg core.Config, policy authz.Policy) *cursor
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		_ = e.Shutdown(context.Background())
 		ts.Close()

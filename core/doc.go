@@ -17,6 +17,10 @@
 //	// SQL on Postgres (core/pgfeed), or through todos.Upsert and Delete.
 //	defer engine.Shutdown(ctx)
 //
+// Apps set the engine up with tide.Open (package github.com/tidesync/tide),
+// in memory or on Postgres, which calls New and starts the engine; New,
+// Register and Engine.Start are for setups Open does not cover.
+//
 // A client subscribes to a scope — a resource plus conditions on its scope
 // columns — with the cursor it stored. The engine authorizes the scope,
 // registers the subscription for live changes, replays every change after

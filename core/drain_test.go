@@ -16,6 +16,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/synctest"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -36,7 +37,7 @@ func TestDrainMovesClientsToAnotherEngine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e, tbl, middleware.Handler(e, middleware.WithPrincipal(headerPrincipal))
+		return e, tbl, middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler())
 	}
 	ea, todos, ha := newEngine()
 	eb, _, hb := newEngine()
@@ -56,10 +57,10 @@ func TestDrainMovesClientsToAnotherEngine(t *testing.T) {
 	const n = 10
 	var drained atomic.Int64
 	var runs sync.WaitGroup
-	mirrors := make([]*client.Mirror, n) //lint:ignore SA1019 Mirror is covered until it is removed
+	mirrors := make([]*synctest.Rows, n)
 	live := make(chan struct{}, n)
 	for i := 0; i < n; i++ {
-		mirrors[i] = client.NewMirror()
+		mirrors[i] = synctest.NewRows()
 		var once sync.Once
 		c, err := client.New(client.Config{
 			URL:        url,

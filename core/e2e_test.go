@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -66,7 +67,7 @@ func newServer(t *testing.T, cfg core.Config) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := middleware.Handler(e, middleware.WithPrincipal(headerPrincipal))
+	h := middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler())
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -296,7 +297,7 @@ func TestEngineStartsOnce(t *testing.T) {
 	s := newServer(t, core.Config{})
 	// A second handler and a second middleware on the same engine, as when
 	// an app's server restarts: still one tailer.
-	h2 := httptest.NewServer(middleware.Handler(s.e, middleware.WithPrincipal(headerPrincipal)))
+	h2 := httptest.NewServer(middleware.Middleware(s.e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	defer h2.Close()
 	for _, url := range []string{s.url, "ws" + strings.TrimPrefix(h2.URL, "http") + "/tide/ws"} {
 		c := dialAt(t, url, "u", "p7")

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ func newFollowNode(t *testing.T, f feed.Feed, dep core.Dependency) *followNode {
 // tests, shuts it down when the test ends, and returns its WebSocket URL.
 func serveEngine(t *testing.T, e *core.Engine) string {
 	t.Helper()
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

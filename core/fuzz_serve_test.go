@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -61,7 +62,7 @@ func FuzzServeFrame(f *testing.F) {
 	if err := core.RegisterChannel(e, core.Channel[json.RawMessage]{Pattern: "board:{project_id}", Subscribe: projectPolicy, Publish: projectPolicy, Presence: true}); err != nil {
 		f.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
 	var (
 		mu    sync.Mutex

@@ -102,7 +102,7 @@ func newGrantEnv(t testing.TB, f feed.Feed, pool *pgxpool.Pool) *grantEnv {
 		p, _, err := kr.VerifyToken(r.Context(), tok)
 		return p, err
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(bearer)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(bearer))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -160,7 +160,7 @@ var transports = map[string]transport{
 		body, _ := json.Marshal(frame)
 		req, _ := http.NewRequest(http.MethodPost, g.base+"/tide/mutate", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set(middleware.OriginHeader, "dev1")
+		req.Header.Set(middleware.ClientOriginHeader, "dev1")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -436,8 +436,9 @@ func TestMutateGrantsProperty(t *testing.T) {
 }
 
 // BenchmarkMutateGrants: a mutation on Postgres, run through the POST
-// route's entry point (internal/transport), for a principal without grants (no check) and one with grants (its
-// writes listed from the outbox and checked).
+// route's entry point (internal/transport), for a principal without
+// grants (no check) and one with grants (its writes listed from the change
+// log and checked).
 func BenchmarkMutateGrants(b *testing.B) {
 	for _, name := range []string{"no grants", "grants"} {
 		b.Run(name, func(b *testing.B) {

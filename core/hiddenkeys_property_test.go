@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -114,7 +115,7 @@ func testHiddenKeys(t *testing.T, seed uint64, backend string, narrow bool) {
 			t.Fatal(err)
 		}
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		_ = e.Shutdown(context.Background())
 		ts.Close()

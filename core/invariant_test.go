@@ -16,6 +16,7 @@ import (
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/synctest"
 )
 
 // seed returns the seed for a randomized test: TIDE_SEED if set, else a new
@@ -33,11 +34,11 @@ func seed(t *testing.T) uint64 {
 	return s
 }
 
-// checkedMirror is a client.Mirror that also checks, batch by batch, that
+// checkedRows is a synctest.Rows that also checks, batch by batch, that
 // the applied cursor never moves backwards and that no changes batch is
 // applied twice.
-type checkedMirror struct {
-	*client.Mirror
+type checkedRows struct {
+	*synctest.Rows
 	caughtUp   chan struct{} // closed at the first caught-up
 	once       sync.Once
 	mu         sync.Mutex
@@ -46,7 +47,7 @@ type checkedMirror struct {
 	violations []string
 }
 
-func (m *checkedMirror) Apply(ctx context.Context, b client.Batch) error {
+func (m *checkedRows) Apply(ctx context.Context, b client.Batch) error {
 	m.mu.Lock()
 	if b.Reset {
 		m.has = false
@@ -65,7 +66,7 @@ func (m *checkedMirror) Apply(ctx context.Context, b client.Batch) error {
 		m.last, m.has = cur, err == nil
 	}
 	m.mu.Unlock()
-	err := m.Mirror.Apply(ctx, b)
+	err := m.Rows.Apply(ctx, b)
 	if b.CaughtUp {
 		m.once.Do(func() { close(m.caughtUp) })
 	}
@@ -104,7 +105,7 @@ func invariantsRandomized(t *testing.T, replayCache int) {
 
 	type sub struct {
 		conds  map[string]any
-		mirror *checkedMirror
+		mirror *checkedRows
 	}
 	rng := rand.New(rand.NewPCG(master, 1))
 	var cls []*client.Client
@@ -133,7 +134,7 @@ func invariantsRandomized(t *testing.T, replayCache int) {
 				a, b := rng.IntN(projects), rng.IntN(projects)
 				conds = map[string]any{"project_id": map[string]any{"in": []any{fmt.Sprintf("p%d", a), fmt.Sprintf("p%d", b)}}}
 			}
-			m := &checkedMirror{Mirror: client.NewMirror(), caughtUp: make(chan struct{})}
+			m := &checkedRows{Rows: synctest.NewRows(), caughtUp: make(chan struct{})}
 			if _, err := c.Subscribe(client.Scope{Resource: "todos", Conditions: conds}, m); err != nil {
 				if k > 0 {
 					continue // the same scope twice on one client

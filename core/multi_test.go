@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -56,7 +57,7 @@ func newMultiServer(t *testing.T) (*server, *core.Table[mtComment]) {
 			t.Fatal(err)
 		}
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		_ = e.Shutdown(t.Context())
 		ts.Close()

@@ -30,7 +30,11 @@ type Observer interface {
 	// CloseSent: the engine started a close handshake with code.
 	CloseSent(code protocol.CloseCode)
 	// Subscribed: a subscription to resource started (before its policy
-	// runs; a refusal is followed by SubscriptionEnded).
+	// runs; a refusal is followed by SubscriptionEnded). A subscription
+	// of several resources is reported once under each of them (and so
+	// are its SubscriptionEnded and CaughtUp): a count by resource says
+	// how many subscriptions follow that resource, and the sum over
+	// resources may exceed the number of subscriptions (Stats has that).
 	Subscribed(resource string)
 	// SubscriptionEnded: a subscription to resource ended.
 	SubscriptionEnded(resource string)
@@ -147,10 +151,22 @@ func (s *subscription) notePage(pg page) Span {
 	return span
 }
 
-// endRound reports a catch-up round that went live.
+// observeEnded reports the end of the subscription under each of its
+// resources, as Subscribed reported its start.
+func (s *subscription) observeEnded() {
+	for _, t := range s.targets {
+		s.c.e.cfg.Observer.SubscriptionEnded(t.res.schema.Name)
+	}
+}
+
+// endRound reports a catch-up round that went live, under each of the
+// subscription's resources.
 func (s *subscription) endRound() {
 	e := s.c.e
-	e.cfg.Observer.CaughtUp(s.res.schema.Name, s.roundPages, time.Since(s.roundStart))
+	d := time.Since(s.roundStart)
+	for _, t := range s.targets {
+		e.cfg.Observer.CaughtUp(t.res.schema.Name, s.roundPages, d)
+	}
 	_, span := e.startSpan(s.trace, "tide.caught_up", IntAttr("tide.pages", int64(s.roundPages)))
 	span.End(nil)
 }

@@ -49,7 +49,7 @@ func TestOriginShownOnlyToItsDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(headerPrincipal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(headerPrincipal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		_ = e.Shutdown(context.Background())
 		ts.Close()
@@ -188,7 +188,7 @@ func TestOriginShownOnlyToItsDevice(t *testing.T) {
 		r, _ := http.NewRequest(http.MethodPost, ts.URL+"/tide/changes", strings.NewReader(body))
 		r.Header.Set("X-User", "bob")
 		r.Header.Set("X-Projects", "p7")
-		r.Header.Set(middleware.OriginHeader, strings.Repeat("o", protocol.MaxOriginLen+1))
+		r.Header.Set(middleware.ClientOriginHeader, strings.Repeat("o", protocol.MaxOriginLen+1))
 		resp, err := http.DefaultClient.Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -213,7 +213,7 @@ func pollAs(t *testing.T, base string, d originDevice, req protocol.PollRequest)
 	r.Header.Set("X-User", d.user)
 	r.Header.Set("X-Projects", "p7")
 	if d.origin != "" {
-		r.Header.Set(middleware.OriginHeader, d.origin)
+		r.Header.Set(middleware.ClientOriginHeader, d.origin)
 	}
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"sync"
@@ -150,10 +151,12 @@ func (e *Engine) sharedReplay(ctx context.Context, q feed.ReplayQuery) (replaySl
 		case <-ctx.Done():
 			return replaySlice{}, ctx.Err()
 		}
-		if f.err != nil {
+		if f.err != nil && (q.After == f.after || !errors.Is(f.err, feed.ErrCursorExpired)) {
 			return replaySlice{}, f.err
 		}
-		if sl, ok := f.sliceFor(q.After, q.Until, q.Limit); ok {
+		// A read that started below the retained floor says nothing of a
+		// cursor above it: that one reads on its own.
+		if sl, ok := f.sliceFor(q.After, q.Until, q.Limit); ok && f.err == nil {
 			e.stats.replayShared.Add(1)
 			return sl, nil
 		}

@@ -191,7 +191,8 @@ func (t *Table[T]) Schema() *feed.Schema {
 // Upsert writes rows atomically: each row is inserted, or replaces the row
 // with the same primary key. A row whose scope columns changed moves between
 // scopes (a delete for the old scope, an upsert for the new). The write
-// carries the origin from ctx (see WithOrigin). It returns ErrNotWritable if
+// carries the client origin of ctx (the request's, under package
+// middleware; see WithOrigin). It returns ErrNotWritable if
 // the feed does not accept writes.
 func (t *Table[T]) Upsert(ctx context.Context, rows ...T) error {
 	muts, err := t.upserts(rows)
@@ -288,14 +289,18 @@ func (t *Table[T]) Decode(row json.RawMessage) (T, error) {
 
 type originKey struct{}
 
-// WithOrigin returns a copy of ctx whose writes carry origin, the id of the
-// client device they are made for, so that device can skip its own echo.
-// Package middleware sets it from the Tide-Origin request header.
+// WithOrigin returns a copy of ctx carrying origin, the client origin (the
+// id of the client device) of the writes made with it, so that device skips
+// their echo: Table's writes and tide.Begin's transactions read it. An app
+// serving requests does not call it: package middleware puts each
+// request's client origin (its Tide-Origin header) in the request's
+// context. Call it where no request carries one: a test, or a job writing
+// for a device.
 func WithOrigin(ctx context.Context, origin string) context.Context {
 	return context.WithValue(ctx, originKey{}, origin)
 }
 
-// OriginFrom returns the origin set by WithOrigin, or "".
+// OriginFrom returns the client origin set by WithOrigin, or "".
 func OriginFrom(ctx context.Context) string {
 	s, _ := ctx.Value(originKey{}).(string)
 	return s

@@ -141,7 +141,7 @@ func (c *conn) revoke() {
 	c.mu.Unlock()
 	c.e.stats.subscriptions.Add(int64(-len(subs)))
 	for _, s := range subs {
-		c.e.cfg.Observer.SubscriptionEnded(s.res.schema.Name)
+		s.observeEnded()
 		s.close() // the writer skips live entries of closed subscriptions
 	}
 	c.sendError("", protocol.Errorf(protocol.CodeUnauthenticated, "access revoked"))

@@ -202,7 +202,7 @@ func (c *conn) teardown() {
 	c.e.stats.subscriptions.Add(int64(-n))
 	c.e.bounds.dropSubs(c.pid, n)
 	for _, s := range subs {
-		c.e.cfg.Observer.SubscriptionEnded(s.res.schema.Name)
+		s.observeEnded()
 		s.close()
 	}
 	c.kill()

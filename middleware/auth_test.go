@@ -163,7 +163,7 @@ func TestWithAllowedOriginsPanicsOnMalformed(t *testing.T) {
 					t.Errorf("%q accepted", bad)
 				}
 			}()
-			middleware.Handler(nil, middleware.WithAllowedOrigins(bad))
+			middleware.Middleware(nil, middleware.WithAllowedOrigins(bad))(http.NotFoundHandler())
 		}()
 	}
 }

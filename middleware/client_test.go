@@ -96,8 +96,8 @@ func TestGoClientTokenRefresh(t *testing.T) {
 			}
 		}
 	}
-	mirror := client.NewMirror()
-	if _, err := c.Subscribe(client.Scope{Resource: "todos", Conditions: map[string]any{"project_id": "p7"}}, mirror); err != nil {
+	sub, err := c.Sync(client.Scope{Resource: "todos", Conditions: map[string]any{"project_id": "p7"}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -110,7 +110,7 @@ func TestGoClientTokenRefresh(t *testing.T) {
 	await(client.EventTokenRefreshed)
 	// The client writes in order: once a subscription made after the
 	// refresh is caught up, the server has taken the new token.
-	if _, err := c.Subscribe(client.Scope{Resource: "notes"}, client.NewMirror()); err != nil {
+	if _, err := c.Sync(client.Scope{Resource: "notes"}); err != nil {
 		t.Fatal(err)
 	}
 	await(client.EventCaughtUp)
@@ -120,8 +120,16 @@ func TestGoClientTokenRefresh(t *testing.T) {
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
-	if err := mirror.Wait(wctx, func(rows map[string]json.RawMessage) bool { return rows["t1"] != nil }); err != nil {
-		t.Fatalf("the connection did not outlive its first token: %v", err)
+	for {
+		changed := sub.Changed() // before reading, so no change is missed
+		if sub.Rows()["t1"] != nil {
+			break
+		}
+		select {
+		case <-changed:
+		case <-wctx.Done():
+			t.Fatalf("the connection did not outlive its first token: %v", wctx.Err())
+		}
 	}
 	if n := fetches.Load(); n != 2 {
 		t.Fatalf("%d token fetches, want 2 (hello and one refresh)", n)

@@ -1,11 +1,11 @@
 // Package middleware serves a tide engine over net/http: the WebSocket
-// endpoint, the polling endpoint for clients that cannot hold a socket, and a
-// middleware that mounts both in front of an existing app.
+// endpoint, the polling endpoint for clients that cannot hold a socket, and
+// the rest of tide's routes, mounted in front of an existing app by one
+// call, Middleware (the framework adapters in adapters/ are built on it).
 //
-//	engine, _ := core.New(core.Config{})
-//	todos, _ := core.Register(engine, core.Resource[Todo]{Table: "todos", Authorize: policy})
+//	app, _ := tide.Open(ctx, nil, tide.Config{}, register) // a pool for Postgres
 //	mux := http.NewServeMux() // the app's own routes
-//	http.ListenAndServe(addr, middleware.Middleware(engine,
+//	http.ListenAndServe(addr, middleware.Middleware(app.Engine,
 //		middleware.WithPrincipal(currentUser))(mux))
 //
 // Routes, under the prefix (default "/tide"):
@@ -19,9 +19,15 @@
 // The answers of /changes and /mutate name the caller's principal in the
 // Tide-Principal header (PrincipalHeader), as welcome does on the socket.
 //
-// Every other request passes through to the app untouched, with the
-// Tide-Origin request header, if present, put into the request context so
-// the app's writes through core.Table carry it.
+// Every other request passes through to the app untouched, with its client
+// origin (the device id of its Tide-Origin header, ClientOriginHeader), if
+// present, put into the request's context, so the app's writes made for it
+// (tide.Begin on Postgres, core.Table) carry it and the device skips their
+// echo.
+//
+// "Origin" alone, in this package, is the browser's Origin header: the
+// page a request comes from, which WithAllowedOrigins and WithCheckOrigin
+// check.
 //
 // The principal of a request comes from the app's hook (WithPrincipal),
 // which typically reads the user the app's own session middleware found.

@@ -38,12 +38,6 @@ type handler struct {
 // while a message is being written, so idle connections cost none.
 var writeBuffers = &sync.Pool{}
 
-// Handler returns an http.Handler serving tide's routes under the prefix
-// (see the package documentation). Requests for other paths get 404.
-func Handler(e *core.Engine, opts ...Option) http.Handler {
-	return newHandler(e, buildOptions(opts))
-}
-
 func newHandler(e *core.Engine, o options) *handler {
 	h := &handler{
 		e: e,
@@ -70,17 +64,6 @@ func newHandler(e *core.Engine, o options) *handler {
 		h.tokens = &tokenHandler{kr: o.keyring, o: &h.o}
 	}
 	return h
-}
-
-// Routes returns the two halves of Middleware for framework adapters whose
-// middleware is not a func(http.Handler) http.Handler (tideecho, tidegin):
-// h serves tide's routes, as Handler does, and owns reports whether a
-// request is for one of them, so the adapter hands every other request to
-// the framework's next handler untouched. owns reads only the request's
-// path; both are safe for concurrent use.
-func Routes(e *core.Engine, opts ...Option) (h http.Handler, owns func(*http.Request) bool) {
-	hh := newHandler(e, buildOptions(opts))
-	return hh, hh.owns
 }
 
 // owns reports whether the request is for one of tide's routes.

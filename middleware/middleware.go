@@ -6,14 +6,25 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/protocol"
 )
 
-// OriginHeader is the request header a client sets to its origin id so the
-// app's writes made for that request carry it (see core.WithOrigin). On
-// POST <prefix>/mutate it scopes the mutation's key (an anonymous caller
-// must send it), and on POST <prefix>/changes it names the poller's device:
-// only entries of that device's writes carry their origin.
-const OriginHeader = "Tide-Origin"
+// ClientOriginHeader is the request header in which a client names its
+// client origin: the id of its device (hello's origin on a WebSocket).
+// Middleware puts it in the context of every request it passes to the app,
+// so the app's writes made for that request carry it (tide.Begin,
+// core.Table) and the device skips their echo. On POST <prefix>/mutate it
+// scopes the mutation's key (an anonymous caller must send it), and on
+// POST <prefix>/changes it names the poller's device: only entries of that
+// device's writes carry their origin. It is unrelated to the browser's
+// Origin header, which WithAllowedOrigins checks.
+const ClientOriginHeader = "Tide-Origin"
+
+// OriginHeader is the former name of ClientOriginHeader.
+//
+// Deprecated: use ClientOriginHeader. OriginHeader will be removed in the
+// next release.
+const OriginHeader = ClientOriginHeader
 
 // PrincipalHeader is the response header of POST <prefix>/changes and POST
 // <prefix>/mutate that names the caller's principal, as welcome does on a
@@ -60,11 +71,17 @@ func principalHeaderValue(id string) (string, bool) {
 	return string(b), true
 }
 
-// Middleware returns net/http middleware that serves tide's routes and
-// passes every other request to next untouched (apart from the origin, see
-// OriginHeader). It is the one line an app adds:
+// Middleware returns net/http middleware that serves tide's routes (under
+// the prefix, "/tide" unless WithPrefix says otherwise; see the package
+// documentation) and passes every other request to next, with the client
+// origin of its ClientOriginHeader, if any, in its context. It is the one
+// line an app adds, after its session middleware:
 //
 //	handler = middleware.Middleware(engine, middleware.WithPrincipal(currentUser))(handler)
+//
+// The framework adapters (adapters/tideecho, tidegin, tidechi, tidehttp)
+// are built on it. The returned middleware and the handlers it makes are
+// safe for concurrent use.
 func Middleware(e *core.Engine, opts ...Option) func(http.Handler) http.Handler {
 	h := newHandler(e, buildOptions(opts))
 	return func(next http.Handler) http.Handler {
@@ -73,17 +90,17 @@ func Middleware(e *core.Engine, opts ...Option) func(http.Handler) http.Handler 
 				h.ServeHTTP(w, r)
 				return
 			}
-			next.ServeHTTP(w, WithOrigin(r))
+			next.ServeHTTP(w, withClientOrigin(r))
 		})
 	}
 }
 
-// WithOrigin returns r with the origin from its Tide-Origin header, if any,
-// in its context, so core.Table writes made while serving it carry the
-// origin. Middleware applies it to every request it passes through.
-func WithOrigin(r *http.Request) *http.Request {
-	origin := r.Header.Get(OriginHeader)
-	if origin == "" || len(origin) > 128 {
+// withClientOrigin returns r with the client origin of its
+// ClientOriginHeader, if any, in its context, so the app's writes made
+// while serving it carry the origin.
+func withClientOrigin(r *http.Request) *http.Request {
+	origin := r.Header.Get(ClientOriginHeader)
+	if origin == "" || len(origin) > protocol.MaxOriginLen {
 		return r
 	}
 	return r.WithContext(core.WithOrigin(r.Context(), origin))

@@ -54,7 +54,7 @@ func TestMutateOverHTTP(t *testing.T) {
 			req.Header.Set("Cookie", cookie)
 		}
 		if origin != "" {
-			req.Header.Set(middleware.OriginHeader, origin)
+			req.Header.Set(middleware.ClientOriginHeader, origin)
 		}
 		if pageOrigin != "" {
 			req.Header.Set("Origin", pageOrigin)
@@ -124,7 +124,7 @@ func TestAnonymousMutationsOverHTTP(t *testing.T) {
 		body := fmt.Sprintf(`{"v":1,"key":%q,"resource":"guestbook","name":"sign","args":{"id":%q,"title":"hi"},"at":%d}`, key, id, at)
 		req, _ := http.NewRequest(http.MethodPost, v.srv.URL+"/tide/mutate", strings.NewReader(body))
 		if origin != "" {
-			req.Header.Set(middleware.OriginHeader, origin)
+			req.Header.Set(middleware.ClientOriginHeader, origin)
 		}
 		return doFrame(t, req)
 	}

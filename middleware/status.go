@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -23,8 +24,13 @@ import (
 type StatusPolicy func(r *http.Request, p authz.Principal) error
 
 // WithStatusPage serves GET <prefix>/status: a self-contained page (no
-// external assets) with live counts and charts of the last minutes, and
-// GET <prefix>/status?format=json, the same data for scripts. rec must be
+// external assets) with this node's name, the database-wide roles and the
+// node holding each (Engine.Roles), live counts and charts of the last
+// minutes, and GET <prefix>/status?format=json, the same data for scripts.
+// The page carries its data, so it shows it behind any authentication the
+// app's principal function accepts (a cookie, a header a proxy adds, a
+// client certificate); to stay current its script asks for the JSON with
+// the page's cookies, and reloads the whole page where that is refused. rec must be
 // part of the engine's Config.Observer (core.Observers can combine it with
 // a metrics observer). policy decides who may see it; nil refuses everyone
 // (deny by default). Zero value: no status page (404).
@@ -177,6 +183,9 @@ func (r *StatusRecorder) sampleLocked(t time.Time, lag float64, known bool) {
 // statusReport is the JSON of <prefix>/status?format=json.
 type statusReport struct {
 	Now           time.Time       `json:"now"`
+	Node          string          `json:"node"`
+	Roles         []feed.Role     `json:"roles"`
+	RolesError    string          `json:"roles_error,omitempty"`
 	Connections   int64           `json:"connections"`
 	Subscriptions int64           `json:"subscriptions"`
 	Delivered     int64           `json:"delivered"`
@@ -206,7 +215,7 @@ type closeCount struct {
 // report samples and returns the recorder's state, with the head of e.
 func (r *StatusRecorder) report(ctx context.Context, e *core.Engine) statusReport {
 	t := r.now()
-	rep := statusReport{Now: t, Connections: r.connections.Load(), Delivered: r.delivered.Load(), Dropped: r.dropped.Load(),
+	rep := statusReport{Now: t, Node: e.Node(), Connections: r.connections.Load(), Delivered: r.delivered.Load(), Dropped: r.dropped.Load(),
 		Dispatched: r.dispatched.Load(), Stats: e.Stats(), IntervalSecs: StatusInterval.Seconds()}
 	lag, known := 0.0, false
 	if head, err := e.Head(ctx); err == nil {
@@ -217,6 +226,12 @@ func (r *StatusRecorder) report(ctx context.Context, e *core.Engine) statusRepor
 		}
 	}
 	rep.LagSeconds = lag
+	roles, err := e.Roles(ctx)
+	if err != nil {
+		rep.RolesError = err.Error()
+	}
+	rep.Roles = append([]feed.Role{}, roles...)
+	rep.Subscriptions = rep.Stats.Subscriptions
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sampleLocked(t, lag, known)
@@ -227,7 +242,6 @@ func (r *StatusRecorder) report(ctx context.Context, e *core.Engine) statusRepor
 				name = "(unknown)"
 			}
 			rep.ByResource = append(rep.ByResource, resourceCount{name, n})
-			rep.Subscriptions += n
 		}
 	}
 	sort.Slice(rep.ByResource, func(i, j int) bool { return rep.ByResource[i].Count > rep.ByResource[j].Count })
@@ -296,14 +310,29 @@ func (h *handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	rep := sp.rec.report(ctx, h.e)
 	if r.URL.Query().Get("format") == "json" {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(sp.rec.report(ctx, h.e))
+		_ = json.NewEncoder(w).Encode(rep)
+		return
+	}
+	// The page carries its data: it shows it behind whatever
+	// authentication let the page itself load (a header a proxy adds, a
+	// client certificate), with no request of its own. Its script then
+	// asks for ?format=json to stay current, and reloads the page instead
+	// where that request is refused.
+	data, err := json.Marshal(rep) // escapes <, > and &: safe inside a script element
+	if err != nil {
+		http.Error(w, "status report: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
-	_, _ = w.Write(statusHTML)
+	page := bytes.Replace(statusHTML, []byte(statusDataMarker), data, 1)
+	_, _ = w.Write(page)
 }
+
+// statusDataMarker is replaced by the report's JSON in status.html.
+const statusDataMarker = "/*TIDE_STATUS_DATA*/null"

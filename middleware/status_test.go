@@ -43,7 +43,10 @@ func statusServer(t *testing.T, policy middleware.StatusPolicy, principal middle
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(principal), middleware.WithStatusPage(policy, rec)))
+	if _, err := core.Register(e, core.Resource[note]{Table: "notes", Authorize: authz.RequireClaim("project_id", "projects")}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(principal), middleware.WithStatusPage(policy, rec))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -51,6 +54,11 @@ func statusServer(t *testing.T, policy middleware.StatusPolicy, principal middle
 		srv.Close()
 	})
 	return srv, tbl
+}
+
+type note struct {
+	ID        string `tide:"id,pk"`
+	ProjectID string `tide:"project_id,scope"`
 }
 
 func headerPrincipal(r *http.Request) (authz.Principal, error) {
@@ -189,5 +197,72 @@ func TestStatusPageInChromium(t *testing.T) {
 	chromium("--screenshot="+shot, srv.URL+"/tide/status")
 	if fi, err := os.Stat(shot); err != nil || fi.Size() == 0 {
 		t.Fatalf("no screenshot: %v", err)
+	}
+}
+
+// TestStatusPageCarriesItsData: the page works behind any authentication
+// the app's principal function accepts, not only cookies: it carries its
+// report (node, roles, counts), so an operator whose proxy adds a header
+// sees the data without the page making a request of its own. A
+// subscription of several resources counts once in the total and under
+// each resource.
+func TestStatusPageCarriesItsData(t *testing.T) {
+	bearer := func(r *http.Request) (authz.Principal, error) {
+		if r.Header.Get("Authorization") == "Bearer ops-token" {
+			return authz.Principal{ID: "ops", Claims: map[string]any{"ops": true, "projects": []string{"p7"}}}, nil
+		}
+		return authz.Anonymous, nil
+	}
+	srv, _ := statusServer(t, opsOnly, func(r *http.Request) (authz.Principal, error) {
+		if r.Header.Get("X-User") != "" {
+			return headerPrincipal(r)
+		}
+		return bearer(r)
+	})
+	c := tidetest.Dial(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/tide/ws", tidetest.WithHeader("X-User", "alice"))
+	c.Hello(protocol.ClientFrame{})
+	c.Send(protocol.ClientFrame{V: 1, Type: protocol.FrameSubscribe, ID: "m", Resources: []string{"todos", "notes"},
+		Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}})
+	c.Collect("m")
+
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/tide/status", nil)
+	req.Header.Set("Authorization", "Bearer ops-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	const open = `<script type="application/json" id="data">`
+	i := strings.Index(string(body), open)
+	if resp.StatusCode != http.StatusOK || i < 0 {
+		t.Fatalf("page: %d, data element found %v", resp.StatusCode, i >= 0)
+	}
+	data := string(body[i+len(open):])
+	data = data[:strings.Index(data, "</script>")]
+	var rep struct {
+		Node          string `json:"node"`
+		Roles         []any  `json:"roles"`
+		Connections   int64  `json:"connections"`
+		Subscriptions int64  `json:"subscriptions"`
+		ByResource    []struct {
+			Resource string `json:"resource"`
+			Count    int64  `json:"count"`
+		} `json:"subscriptions_by_resource"`
+	}
+	if err := json.Unmarshal([]byte(data), &rep); err != nil {
+		t.Fatalf("embedded data %q: %v", data, err)
+	}
+	if rep.Node == "" || rep.Roles == nil || rep.Connections != 1 || rep.Subscriptions != 1 || len(rep.ByResource) != 2 ||
+		rep.ByResource[0].Count != 1 || rep.ByResource[1].Count != 1 {
+		t.Fatalf("embedded report %+v", rep)
+	}
+	// The page's own request for fresh data, without the header, is
+	// refused: the script then reloads the page.
+	if code, _ := get(t, srv.URL+"/tide/status?format=json", ""); code != http.StatusUnauthorized {
+		t.Fatalf("json without the header: %d", code)
+	}
+	if !strings.Contains(string(body), "location.reload()") {
+		t.Fatal("the page does not fall back to reloading itself")
 	}
 }

@@ -31,7 +31,7 @@ func TestUpgradeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Shutdown(context.Background())
-	h := middleware.Handler(e)
+	h := middleware.Middleware(e)(http.NotFoundHandler())
 	upgrade := func() *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/tide/ws", nil)
 		r.Header.Set("Connection", "Upgrade")
@@ -64,12 +64,22 @@ func TestUpgradeErrors(t *testing.T) {
 	}
 }
 
-// TestRoutes: owns is true exactly for the paths the handler serves.
+// TestRoutes: Middleware serves exactly its routes and passes every other
+// path to the app.
 func TestRoutes(t *testing.T) {
-	_, owns := middleware.Routes(nil, middleware.WithPrefix("/sync/"))
-	for path, want := range map[string]bool{"/sync/ws": true, "/sync/changes": true, "/sync/token": false, "/tide/ws": false, "/sync": false} {
-		if got := owns(httptest.NewRequest(http.MethodGet, path, nil)); got != want {
-			t.Errorf("owns(%s) = %v", path, got)
+	e, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	var reached bool
+	h := middleware.Middleware(e, middleware.WithPrefix("/sync/"))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = true }))
+	for path, tide := range map[string]bool{"/sync/ws": true, "/sync/changes": true, "/sync/mutate": true, "/sync/client.js": true,
+		"/sync/token": false, "/sync/status": false, "/tide/ws": false, "/sync": false, "/sync/": false} {
+		reached = false
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+		if reached == tide {
+			t.Errorf("%s: reached the app = %v", path, reached)
 		}
 	}
 }

@@ -59,11 +59,6 @@ const (
 //     GET /tide/about: 200, body "about" (an app route under tide's prefix).
 //     GET /origin: 200, the body is core.OriginFrom of the request's context.
 //     Anything else: the framework's own 404.
-//
-// For RunHandler, tide is mounted instead with the adapter's Handler on its
-// routes (POST /tide/token, GET /tide/ws, POST /tide/changes, or the whole
-// prefix where the framework routes a static path before a wildcard), still
-// behind 1 and 2; 4 is not needed.
 type Factory func(t *testing.T, app *App) http.Handler
 
 // App holds the test app's state: its engine, its sessions and what its

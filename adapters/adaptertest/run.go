@@ -21,38 +21,27 @@ import (
 // An adapter's test calls it once:
 //
 //	func TestConformance(t *testing.T) { adaptertest.Run(t, buildApp) }
-func Run(t *testing.T, build Factory) { run(t, build, false) }
-
-// RunHandler runs the cases that apply when tide is mounted with the
-// adapter's Handler on its routes rather than as middleware (see Factory):
-// every case of Run but the pass-through one.
-func RunHandler(t *testing.T, build Factory) { run(t, build, true) }
-
-func run(t *testing.T, build Factory, handler bool) {
+func Run(t *testing.T, build Factory) {
 	timeout := func(h http.Handler) http.Handler { return http.TimeoutHandler(h, time.Minute, "timed out") }
 	cases := []struct {
-		name       string
-		wrap       func(http.Handler) http.Handler // around the app, if not nil
-		middleware bool                            // only with tide as middleware
-		run        func(*testing.T, *server)
+		name string
+		wrap func(http.Handler) http.Handler // around the app, if not nil
+		run  func(*testing.T, *server)
 	}{
-		{"TokenAnonymousRefused", nil, false, testTokenAnonymous},
-		{"TokenForSession", nil, false, testTokenForSession},
-		{"SubscribeWithCookie", nil, false, testSubscribeCookie},
-		{"SubscribeWithToken", nil, false, testSubscribeToken},
-		{"ReplayAfterCursor", nil, false, testReplay},
-		{"GoClient", nil, false, testGoClient},
-		{"Poll", nil, false, testPoll},
-		{"PassThrough", nil, true, testPassThrough},
-		{"EarlierMiddlewareRefuses", nil, false, testBanned},
-		{"PrincipalFixedAtUpgrade", nil, false, testPrincipalFixed},
-		{"CrossOrigin", nil, false, testCrossOrigin},
-		{"NotHijackable", timeout, false, testNotHijackable},
+		{"TokenAnonymousRefused", nil, testTokenAnonymous},
+		{"TokenForSession", nil, testTokenForSession},
+		{"SubscribeWithCookie", nil, testSubscribeCookie},
+		{"SubscribeWithToken", nil, testSubscribeToken},
+		{"ReplayAfterCursor", nil, testReplay},
+		{"GoClient", nil, testGoClient},
+		{"Poll", nil, testPoll},
+		{"PassThrough", nil, testPassThrough},
+		{"EarlierMiddlewareRefuses", nil, testBanned},
+		{"PrincipalFixedAtUpgrade", nil, testPrincipalFixed},
+		{"CrossOrigin", nil, testCrossOrigin},
+		{"NotHijackable", timeout, testNotHijackable},
 	}
 	for _, c := range cases {
-		if handler && c.middleware {
-			continue
-		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, start(t, build, c.wrap))
@@ -151,7 +140,7 @@ func testReplay(t *testing.T, s *server) {
 }
 
 // testGoClient: tide's Go client, with the app's session cookie, keeps a
-// mirror of the scope.
+// copy of the scope.
 func testGoClient(t *testing.T, s *server) {
 	alice := s.browser("alice")
 	u, _ := url.Parse(s.url)
@@ -163,8 +152,8 @@ func testGoClient(t *testing.T, s *server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mirror := client.NewMirror()
-	if _, err := c.Subscribe(client.Scope{Resource: "todos", Conditions: map[string]any{"project_id": "p7"}}, mirror); err != nil {
+	sub, err := c.Sync(client.Scope{Resource: "todos", Conditions: map[string]any{"project_id": "p7"}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // bounds a broken test only
@@ -172,18 +161,24 @@ func testGoClient(t *testing.T, s *server) {
 	go func() { done <- c.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	has := func(key string) func(map[string]json.RawMessage) bool {
-		return func(rows map[string]json.RawMessage) bool { return rows[key] != nil }
+	wait := func(what, key string) {
+		for {
+			changed := sub.Changed()
+			if sub.Rows()[key] != nil {
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("%s: %v (rows %v, err %v)", what, ctx.Err(), sub.Rows(), sub.Err())
+			}
+		}
 	}
-	if err := mirror.Wait(ctx, has("t1")); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
+	wait("snapshot", "t1")
 	s.upsert(t, todo{"t4", "p7", "pushed"})
-	if err := mirror.Wait(ctx, has("t4")); err != nil {
-		t.Fatalf("live change: %v", err)
-	}
-	if rows := mirror.Rows(); len(rows) != 2 {
-		t.Fatalf("mirror %v, want t1 and t4", rows)
+	wait("live change", "t4")
+	if rows := sub.Rows(); len(rows) != 2 {
+		t.Fatalf("rows %v, want t1 and t4", rows)
 	}
 }
 
@@ -214,7 +209,7 @@ func testPassThrough(t *testing.T, s *server) {
 	if body := readBody(t, resp); resp.StatusCode != http.StatusOK || body != "about" {
 		t.Fatalf("app route under tide's prefix: %d %q", resp.StatusCode, body)
 	}
-	resp = s.do(b, http.MethodGet, "/origin", nil, http.Header{middleware.OriginHeader: {"device-1"}})
+	resp = s.do(b, http.MethodGet, "/origin", nil, http.Header{middleware.ClientOriginHeader: {"device-1"}})
 	if body := readBody(t, resp); body != "device-1" {
 		t.Fatalf("the app's write origin is %q, want device-1", body)
 	}

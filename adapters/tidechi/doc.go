@@ -14,9 +14,8 @@
 //	))
 //	r.Get("/", index) // the app's routes, untouched
 //
-// or, to put tide's routes behind a group's middleware only:
-//
-//	r.With(sessions).Mount("/tide", tidechi.Handler(engine, tidechi.PrincipalFrom(currentUser)))
+// or, to put tide's routes behind a group's middleware only, add it in the
+// group with a route under tide's prefix (see Middleware).
 //
 // Middleware registered before tide's runs first for tide's routes too:
 // a session middleware stores the user PrincipalFrom reads, and one that

@@ -10,30 +10,23 @@ import (
 
 // Middleware returns chi middleware serving tide's routes (under the
 // prefix, "/tide" unless middleware.WithPrefix says otherwise) and passing
-// every other request to the next handler untouched, apart from the
-// Tide-Origin header's origin put into its context (see
-// middleware.WithOrigin). Any middleware.Option applies.
+// every other request to the next handler, with the client origin of its
+// Tide-Origin header in its context. It is middleware.Middleware: chi's
+// middleware is net/http's. Any middleware.Option applies.
 //
 // Add it with r.Use on the root router, after the app's session
 // middleware: middleware of the root router runs for every request before
 // chi routes it, so tide's routes need no chi route of their own.
 // Middleware added inside r.Group or r.Route runs only for routes
-// registered there; use Handler with r.Mount there instead.
+// registered there: behind a group's middleware, give the group a route
+// under tide's prefix, which tide answers before it runs:
+//
+//	r.Group(func(r chi.Router) {
+//		r.Use(requireLogin, tidechi.Middleware(engine, opts...))
+//		r.Handle("/tide/*", http.NotFoundHandler())
+//	})
 func Middleware(e *core.Engine, opts ...middleware.Option) func(http.Handler) http.Handler {
 	return middleware.Middleware(e, opts...)
-}
-
-// Handler returns an http.Handler serving only tide's routes, for
-// r.Mount("/tide", tidechi.Handler(engine, opts...)), possibly on a group
-// with its own middleware. chi hands a mounted handler the full path, so
-// mount it at tide's prefix: "/tide", or the one given with
-// middleware.WithPrefix; the app's static routes under the prefix still
-// win. Requests under the prefix that are not tide's routes get 404.
-// Unlike Middleware, Handler leaves the app's own requests alone: tag them
-// with middleware.WithOrigin in the app's middleware if its writes should
-// carry the writer's origin.
-func Handler(e *core.Engine, opts ...middleware.Option) http.Handler {
-	return middleware.Handler(e, opts...)
 }
 
 // PrincipalFrom identifies the caller of tide's routes with the app's own

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,20 +27,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // chi's own Logger, Recoverer, Compress and Timeout, which must keep the
 // WebSocket upgrade working.
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, false) })
-}
-
-// TestConformanceHandler runs them with tide's Handler mounted at its
-// prefix instead (r.Mount), beside an app route under the same prefix.
-func TestConformanceHandler(t *testing.T) {
-	adaptertest.RunHandler(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, true) })
+	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app) })
 }
 
 type userKey struct{}
 
-// buildApp is adaptertest's app on chi, with tide as middleware or, if
-// mount, as a mounted handler.
-func buildApp(t *testing.T, app *adaptertest.App, mount bool) http.Handler {
+// buildApp is adaptertest's app on chi.
+func buildApp(t *testing.T, app *adaptertest.App) http.Handler {
 	opts := append([]middleware.Option{tidechi.PrincipalFrom(func(r *http.Request) (authz.Principal, error) {
 		user, ok := r.Context().Value(userKey{}).(string)
 		if !ok {
@@ -51,15 +46,13 @@ func buildApp(t *testing.T, app *adaptertest.App, mount bool) http.Handler {
 	r.Use(chimw.RequestLogger(&chimw.DefaultLogFormatter{Logger: testLogger{t}}), chimw.Recoverer, chimw.Compress(5), chimw.Timeout(time.Minute))
 	//lint:ignore SA1019 the chain is a typical app's, deprecated middleware included: tide must work behind it
 	r.Use(chimw.RealIP, ban(app), session(app))
-	if !mount {
-		r.Use(tidechi.Middleware(app.Engine, opts...))
-		r.Use(func(next http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				app.Reached(r)
-				next.ServeHTTP(w, r)
-			})
+	r.Use(tidechi.Middleware(app.Engine, opts...))
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			app.Reached(r)
+			next.ServeHTTP(w, r)
 		})
-	}
+	})
 	r.Post("/login", func(w http.ResponseWriter, r *http.Request) {
 		id, err := app.Login(r.FormValue("user"))
 		if err != nil {
@@ -78,9 +71,6 @@ func buildApp(t *testing.T, app *adaptertest.App, mount bool) http.Handler {
 		_, _ = io.WriteString(w, core.OriginFrom(r.Context()))
 	})
 	r.Get("/tide/about", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "about") })
-	if mount {
-		r.Mount("/tide", tidechi.Handler(app.Engine, opts...)) // chi routes /tide/about first: it is static
-	}
 	return r
 }
 
@@ -117,3 +107,49 @@ func session(app *adaptertest.App) func(http.Handler) http.Handler {
 type testLogger struct{ t *testing.T }
 
 func (l testLogger) Print(v ...any) { l.t.Log(v...) }
+
+// TestGroup: the package documentation's recipe for tide behind a group's
+// middleware only: the group's middleware runs for tide's routes, tide
+// answers them, and routes outside the group do not see either.
+func TestGroup(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Shutdown(context.Background())
+	requireLogin := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Login") == "" {
+				http.Error(w, "log in", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(requireLogin, tidechi.Middleware(eng))
+		r.Handle("/tide/*", http.NotFoundHandler())
+	})
+	r.Get("/open", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "open") })
+	for _, c := range []struct {
+		path, login string
+		status      int
+		body        string
+	}{
+		{"/tide/changes", "", http.StatusUnauthorized, "log in"},
+		{"/tide/changes", "alice", http.StatusMethodNotAllowed, `"code":"bad_frame"`}, // tide's answer: it takes POST
+		{"/tide/nowhere", "alice", http.StatusNotFound, "not found"},
+		{"/open", "", http.StatusOK, "open"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, c.path, nil)
+		if c.login != "" {
+			req.Header.Set("X-Login", c.login)
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		if w.Code != c.status || !strings.Contains(w.Body.String(), c.body) {
+			t.Errorf("%s (login %q): %d %s", c.path, c.login, w.Code, w.Body)
+		}
+	}
+}

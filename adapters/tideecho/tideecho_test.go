@@ -29,15 +29,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // upgrade working.
 func TestConformance(t *testing.T) {
 	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler {
-		return buildApp(t, app, nil, false)
-	})
-}
-
-// TestConformanceHandler runs them with tide's Handler on the prefix
-// (e.Any("/tide/*")) instead, beside an app route under the same prefix.
-func TestConformanceHandler(t *testing.T) {
-	adaptertest.RunHandler(t, func(t *testing.T, app *adaptertest.App) http.Handler {
-		return buildApp(t, app, nil, true)
+		return buildApp(t, app, nil)
 	})
 }
 
@@ -80,9 +72,8 @@ func TestTimeoutMiddleware(t *testing.T) {
 	}
 }
 
-// buildApp is adaptertest's app on Echo, with tide as middleware or, if
-// handler, as the handler of its prefix. extra runs first, if given.
-func buildApp(t *testing.T, app *adaptertest.App, extra echo.MiddlewareFunc, handler bool) *echo.Echo {
+// buildApp is adaptertest's app on Echo. extra runs first, if given.
+func buildApp(t *testing.T, app *adaptertest.App, extra echo.MiddlewareFunc) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
@@ -124,17 +115,13 @@ func buildApp(t *testing.T, app *adaptertest.App, extra echo.MiddlewareFunc, han
 		}
 		return app.Principal(user), nil
 	})}, app.Options...)
-	if handler {
-		e.Any("/tide/*", tideecho.Handler(app.Engine, opts...)) // Echo routes /tide/about first: it is static
-	} else {
-		e.Use(tideecho.Middleware(app.Engine, opts...))
-		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
-			return func(c echo.Context) error {
-				app.Reached(c.Request())
-				return next(c)
-			}
-		})
-	}
+	e.Use(tideecho.Middleware(app.Engine, opts...))
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			app.Reached(c.Request())
+			return next(c)
+		}
+	})
 
 	e.POST("/login", func(c echo.Context) error {
 		id, err := app.Login(c.FormValue("user"))
@@ -153,4 +140,47 @@ func buildApp(t *testing.T, app *adaptertest.App, extra echo.MiddlewareFunc, han
 		return c.String(http.StatusOK, core.OriginFrom(c.Request().Context()))
 	})
 	return e
+}
+
+// TestGroup: the package documentation's recipe for tide behind a group's
+// middleware only: the group's middleware runs for tide's routes, tide
+// answers them, and routes outside the group do not see either.
+func TestGroup(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Shutdown(context.Background())
+	requireLogin := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if c.Request().Header.Get("X-Login") == "" {
+				return c.String(http.StatusUnauthorized, "log in")
+			}
+			return next(c)
+		}
+	}
+	e := echo.New()
+	g := e.Group("/tide", requireLogin, tideecho.Middleware(eng))
+	g.Any("/*", echo.NotFoundHandler)
+	e.GET("/open", func(c echo.Context) error { return c.String(http.StatusOK, "open") })
+	for _, c := range []struct {
+		path, login string
+		status      int
+		body        string
+	}{
+		{"/tide/changes", "", http.StatusUnauthorized, "log in"},
+		{"/tide/changes", "alice", http.StatusMethodNotAllowed, `"code":"bad_frame"`}, // tide's answer: it takes POST
+		{"/tide/nowhere", "alice", http.StatusNotFound, "Not Found"},
+		{"/open", "", http.StatusOK, "open"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, c.path, nil)
+		if c.login != "" {
+			r.Header.Set("X-Login", c.login)
+		}
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		if w.Code != c.status || !strings.Contains(w.Body.String(), c.body) {
+			t.Errorf("%s (login %q): %d %s", c.path, c.login, w.Code, w.Body)
+		}
+	}
 }

@@ -1,81 +1,56 @@
 package tidegin
 
 import (
-	"context"
-	"errors"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/internal/adapterctx"
 	"github.com/tidesync/tide/middleware"
 )
 
 // Middleware returns Gin middleware serving tide's routes (under the
 // prefix, "/tide" unless middleware.WithPrefix says otherwise) and passing
-// every other request on with c.Next(), untouched apart from the
-// Tide-Origin header's origin put into its context (see
-// middleware.WithOrigin). Any middleware.Option applies. After serving a
-// tide route it calls c.Abort(), so no later handler writes to a response
-// tide has answered or a connection tide has taken over.
+// every other request on with c.Next(), with the client origin of its
+// Tide-Origin header in its context (see middleware.Middleware, which it is
+// in Gin's terms). Any middleware.Option applies. After serving a tide
+// route it calls c.Abort(), so no later handler writes to a response tide
+// has answered or a connection tide has taken over.
 //
 // Add it with r.Use on the engine, after the app's session middleware:
 // Gin runs the engine's middleware for unrouted requests too, so tide's
-// routes need no Gin route of their own. Middleware added to a group
-// (r.Group("/x").Use) runs only for routes registered in it; use Handler
-// there instead.
+// routes need no Gin route of their own. Behind a group's middleware
+// instead, add it to a group on the prefix and give the group a route
+// under it, so Gin runs the group's middleware for tide's paths:
+//
+//	g := r.Group("/tide", requireLogin, tidegin.Middleware(engine, opts...))
+//	g.Any("/*path", func(c *gin.Context) { c.Status(http.StatusNotFound) }) // for paths not tide's
 func Middleware(e *core.Engine, opts ...middleware.Option) gin.HandlerFunc {
-	h, owns := middleware.Routes(e, opts...)
+	serve := adapterctx.Mount[*gin.Context](middleware.Middleware(e, opts...))
 	return func(c *gin.Context) {
-		if !owns(c.Request) {
-			c.Request = middleware.WithOrigin(c.Request)
+		// Gin presets 404 (or 405) before running middleware for an
+		// unrouted request, and a response tide writes without WriteHeader
+		// would carry it; the app's requests get Gin's status back.
+		status := c.Writer.Status()
+		c.Status(http.StatusOK)
+		passed := serve(writer(c.Writer), c.Request, c, func(r *http.Request) {
+			c.Status(status)
+			c.Request = r
 			c.Next()
-			return
+		})
+		if !passed {
+			c.Abort()
 		}
-		serve(h, c)
-		c.Abort()
 	}
-}
-
-// Handler returns a Gin handler serving only tide's routes, for apps that
-// put tide behind a group's middleware. Gin hands the handler the full
-// path, so register it on tide's routes under tide's prefix ("/tide", or
-// the one given with middleware.WithPrefix):
-//
-//	for _, p := range []string{"/tide/ws", "/tide/changes", "/tide/token"} {
-//		authed.Any(p, h)
-//	}
-//
-// or authed.Any("/tide/*path", h) if the app has no route of its own under
-// the prefix (Gin refuses a wildcard beside one). Requests under the prefix
-// that are not tide's routes get 404. Unlike Middleware, Handler leaves the
-// app's own requests alone: tag them with middleware.WithOrigin in the
-// app's middleware if its writes should carry the writer's origin.
-func Handler(e *core.Engine, opts ...middleware.Option) gin.HandlerFunc {
-	h := middleware.Handler(e, opts...)
-	return func(c *gin.Context) {
-		serve(h, c)
-		c.Abort()
-	}
-}
-
-// serve hands the request to tide with c in its context for PrincipalFrom.
-// Nothing tide starts keeps the request: the principal is computed before
-// serve returns, and a WebSocket connection lives on with it alone, so the
-// pooled c is never used after the handler returns.
-func serve(h http.Handler, c *gin.Context) {
-	// Gin presets 404 (or 405) before running middleware for an unrouted
-	// request, and a response written without WriteHeader would carry it.
-	c.Status(http.StatusOK)
-	r := c.Request
-	h.ServeHTTP(writer(c.Writer), r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)))
 }
 
 // writer returns w, or w without its Hijack method when hijacking would
 // fail: Gin's writer asserts http.Hijacker on what it wraps, which panics
 // under an http.TimeoutHandler. Hiding Hijack makes tide answer with an
-// error frame naming the cause instead.
+// error frame naming the cause instead. Only tide's routes write to it:
+// the app's handlers keep writing to c.Writer.
 func writer(w gin.ResponseWriter) http.ResponseWriter {
 	var rw http.ResponseWriter = w
 	for {
@@ -90,12 +65,6 @@ func writer(w gin.ResponseWriter) http.ResponseWriter {
 	}
 }
 
-type ctxKey struct{}
-
-// errNoContext explains a PrincipalFrom option given to package middleware
-// directly, where there is no gin.Context to read.
-var errNoContext = errors.New("tidegin.PrincipalFrom needs tidegin.Middleware or tidegin.Handler")
-
 // PrincipalFrom identifies the caller of tide's routes with the app's own
 // session, in Gin's terms: fn reads what the app's session middleware,
 // added before tide's, stored in c (c.Get("user"), say) and returns the
@@ -106,13 +75,9 @@ var errNoContext = errors.New("tidegin.PrincipalFrom needs tidegin.Middleware or
 // request), on the request's goroutine, before the response is written.
 // Gin reuses c for later requests once the handler returns: fn must not
 // keep c, hand it to a goroutine (use c.Copy(), and c.Request.Context() for
-// long-lived work), or put anything of it in the principal.
+// long-lived work), or put anything of it in the principal. It works with
+// Middleware only; given to package middleware directly, it refuses every
+// request.
 func PrincipalFrom(fn func(*gin.Context) (authz.Principal, error)) middleware.Option {
-	return middleware.WithPrincipal(func(r *http.Request) (authz.Principal, error) {
-		c, ok := r.Context().Value(ctxKey{}).(*gin.Context)
-		if !ok {
-			return authz.Anonymous, errNoContext
-		}
-		return fn(c)
-	})
+	return adapterctx.Principal("tidegin", fn)
 }

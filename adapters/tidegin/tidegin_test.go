@@ -1,7 +1,10 @@
 package tidegin_test
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -23,18 +26,11 @@ func TestMain(m *testing.M) {
 // Recovery, with tide's routes left unrouted in Gin (so Gin presets 404
 // for them before running the middleware).
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, false) })
+	adaptertest.Run(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app) })
 }
 
-// TestConformanceHandler runs them with tide's Handler on its three routes
-// instead.
-func TestConformanceHandler(t *testing.T) {
-	adaptertest.RunHandler(t, func(t *testing.T, app *adaptertest.App) http.Handler { return buildApp(t, app, true) })
-}
-
-// buildApp is adaptertest's app on Gin, with tide as middleware or, if
-// handler, as the handler of its routes.
-func buildApp(t *testing.T, app *adaptertest.App, handler bool) http.Handler {
+// buildApp is adaptertest's app on Gin.
+func buildApp(t *testing.T, app *adaptertest.App) http.Handler {
 	r := gin.New()
 	r.Use(gin.LoggerWithWriter(testWriter{t}), gin.Recovery())
 	r.Use(func(c *gin.Context) { // the ban
@@ -60,19 +56,11 @@ func buildApp(t *testing.T, app *adaptertest.App, handler bool) http.Handler {
 		}
 		return app.Principal(user), nil
 	})}, app.Options...)
-	if handler {
-		// Gin refuses a wildcard beside /tide/about: route tide's paths.
-		tide := tidegin.Handler(app.Engine, opts...)
-		for _, path := range []string{"/tide/ws", "/tide/changes", "/tide/token"} {
-			r.Any(path, tide)
-		}
-	} else {
-		r.Use(tidegin.Middleware(app.Engine, opts...))
-		r.Use(func(c *gin.Context) {
-			app.Reached(c.Request)
-			c.Next()
-		})
-	}
+	r.Use(tidegin.Middleware(app.Engine, opts...))
+	r.Use(func(c *gin.Context) {
+		app.Reached(c.Request)
+		c.Next()
+	})
 
 	r.POST("/login", func(c *gin.Context) {
 		id, err := app.Login(c.PostForm("user"))
@@ -98,4 +86,47 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// TestGroup: the package documentation's recipe for tide behind a group's
+// middleware only: the group's middleware runs for tide's routes, tide
+// answers them, and routes outside the group do not see either.
+func TestGroup(t *testing.T) {
+	eng, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Shutdown(context.Background())
+	requireLogin := func(c *gin.Context) {
+		if c.GetHeader("X-Login") == "" {
+			c.String(http.StatusUnauthorized, "log in")
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
+	r := gin.New()
+	g := r.Group("/tide", requireLogin, tidegin.Middleware(eng))
+	g.Any("/*path", func(c *gin.Context) { c.String(http.StatusNotFound, "not tide's") })
+	r.GET("/open", func(c *gin.Context) { c.String(http.StatusOK, "open") })
+	for _, c := range []struct {
+		path, login string
+		status      int
+		body        string
+	}{
+		{"/tide/changes", "", http.StatusUnauthorized, "log in"},
+		{"/tide/changes", "alice", http.StatusMethodNotAllowed, `"code":"bad_frame"`}, // tide's answer: it takes POST
+		{"/tide/nowhere", "alice", http.StatusNotFound, "not tide's"},
+		{"/open", "", http.StatusOK, "open"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, c.path, nil)
+		if c.login != "" {
+			req.Header.Set("X-Login", c.login)
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		if w.Code != c.status || !strings.Contains(w.Body.String(), c.body) {
+			t.Errorf("%s (login %q): %d %s", c.path, c.login, w.Code, w.Body)
+		}
+	}
 }

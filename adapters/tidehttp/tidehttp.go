@@ -11,8 +11,8 @@ import (
 // Wrap returns app with tide's routes in front of it: requests for tide's
 // routes (under the prefix, "/tide" unless middleware.WithPrefix says
 // otherwise) are served by the engine, every other request reaches app
-// untouched, apart from the Tide-Origin header's origin put into its
-// context (see middleware.WithOrigin). Any middleware.Option applies.
+// with the client origin of its Tide-Origin header in its context. It is
+// middleware.Middleware(e, opts...)(app). Any middleware.Option applies.
 //
 // Wrap the handler that already holds the app's session middleware if the
 // principal hook reads what that middleware stores; wrap inside it

@@ -3,14 +3,18 @@
 //
 //	tide migrate   install or upgrade tide's own schema (idempotent)
 //	tide status    schema version, head, retention floor, change-log size,
-//	               which session holds the replicator role
+//	               which node holds the sequencer and the replicator roles
 //	tide tail      follow the change log as it commits, like tail -f
-//	tide prune     drop changes past the retention limits
+//	tide prune     drop changes past the retention limits, or through a
+//	               position at or below the head (--dry-run: say what
+//	               would go, drop nothing)
 //
 // The database is named as psql and pg_dump name it: --database-url (or -d),
 // else DATABASE_URL, else the PG* variables (PGHOST, PGPORT, PGUSER,
 // PGPASSWORD, PGDATABASE, PGSSLMODE...). --schema (or TIDE_SCHEMA) names
 // tide's schema, "tide" by default. --json prints machine-readable output.
+// Every command names the database it talks to (without the password) in
+// its output and its errors.
 //
 // Exit codes: 0 success; 1 the operation failed (database unreachable,
 // migration or query error); 2 usage error (unknown command or flag).

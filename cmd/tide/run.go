@@ -28,9 +28,9 @@ const usage = `usage: tide <command> [flags]
 
 commands:
   migrate   install or upgrade tide's schema (idempotent)
-  status    schema version, head, floor, change-log size, replicator role
+  status    schema version, head, floor, change-log size, who holds each role
   tail      follow the change log as it commits
-  prune     drop changes past the retention limits
+  prune     drop changes past the retention limits (--dry-run to see first)
 
 common flags:
   -d, --database-url URL   the database (else DATABASE_URL, else PG* variables)
@@ -49,6 +49,7 @@ type env struct {
 	url      string
 	schema   string
 	json     bool
+	db       string // the database, named without its password, once connect parsed it
 }
 
 type command struct {
@@ -110,7 +111,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			fmt.Fprintf(stderr, "tide %s: %v\n", name, err)
 			return exitUsage
 		}
-		fmt.Fprintf(stderr, "tide %s: %v\n", name, err)
+		if e.db != "" && !strings.Contains(err.Error(), e.db) {
+			fmt.Fprintf(stderr, "tide %s: %v (database %s)\n", name, err, e.db)
+		} else {
+			fmt.Fprintf(stderr, "tide %s: %v\n", name, err)
+		}
 		return exitFail
 	}
 	return exitOK
@@ -128,6 +133,7 @@ func (e *env) connect(opts pgfeed.Options) (*pgxpool.Pool, *pgfeed.Feed, error) 
 		return nil, nil, fmt.Errorf("invalid database URL: %w", err)
 	}
 	cfg.MaxConns = 4
+	e.db = e.where(cfg)
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "tide"
 	}
@@ -135,11 +141,11 @@ func (e *env) connect(opts pgfeed.Options) (*pgxpool.Pool, *pgfeed.Feed, error) 
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", e.db, err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, nil, fmt.Errorf("connect to %s: %w", where(cfg), err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", e.db, err)
 	}
 	opts.Schema = e.schema
 	f, err := pgfeed.New(pool, opts)
@@ -150,9 +156,30 @@ func (e *env) connect(opts pgfeed.Options) (*pgxpool.Pool, *pgfeed.Feed, error) 
 	return pool, f, nil
 }
 
-func where(cfg *pgxpool.Config) string {
+// where names the database of cfg without its password, as
+// user@host:port/database, and says where the settings came from when no
+// flag or variable named it (libpq's defaults).
+func (e *env) where(cfg *pgxpool.Config) string {
 	c := cfg.ConnConfig
-	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+	db := c.Database
+	if db == "" {
+		db = c.User // the server's default, as psql's
+	}
+	s := fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, db)
+	if e.url == "" && !e.pgVars() {
+		s += ", from libpq's defaults: no -d, DATABASE_URL or PG* variable named one"
+	}
+	return s
+}
+
+// pgVars reports whether a PG* variable names part of the connection.
+func (e *env) pgVars() bool {
+	for _, v := range []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE"} {
+		if e.getenv(v) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // quoted returns the schema as an SQL identifier.
@@ -182,12 +209,12 @@ func migrateFlags(fs *flag.FlagSet) func(*env) error {
 			return err
 		}
 		if e.json {
-			return e.printJSON(map[string]any{"schema": e.schema, "version": after, "previous_version": before, "changed": before != after})
+			return e.printJSON(map[string]any{"database": e.db, "schema": e.schema, "version": after, "previous_version": before, "changed": before != after})
 		}
 		if before == after {
-			fmt.Fprintf(e.out, "schema %s is up to date (version %d)\n", e.schema, after)
+			fmt.Fprintf(e.out, "schema %s in %s is up to date (version %d)\n", e.schema, e.db, after)
 		} else {
-			fmt.Fprintf(e.out, "schema %s migrated from version %d to %d\n", e.schema, before, after)
+			fmt.Fprintf(e.out, "schema %s in %s migrated from version %d to %d\n", e.schema, e.db, before, after)
 		}
 		return nil
 	}
@@ -208,34 +235,115 @@ func (e *env) schemaVersion(pool *pgxpool.Pool) (int, error) {
 
 // --- prune
 
+// pruneResult is what tide prune reports.
+type pruneResult struct {
+	Database      string `json:"database"`
+	Schema        string `json:"schema"`
+	DryRun        bool   `json:"dry_run"`
+	Head          int64  `json:"head"`
+	PreviousFloor int64  `json:"previous_floor"`
+	Floor         int64  `json:"floor"`   // after pruning (a dry run: the floor it would set)
+	Removed       int64  `json:"removed"` // changes dropped (a dry run: that it would drop)
+}
+
 func pruneFlags(fs *flag.FlagSet) func(*env) error {
 	maxAge := fs.Duration("max-age", 0, "drop changes older than this (default 168h; negative: never for age)")
 	maxChanges := fs.Int64("max-changes", 0, "keep at most this many changes (default 10000000; negative: no limit)")
-	through := fs.Int64("through", -1, "drop every change at or below this position instead")
+	through := fs.Int64("through", -1, "drop every change at or below this position instead (at most the head)")
+	dryRun := fs.Bool("dry-run", false, "say what would be dropped, and drop nothing")
 	return func(e *env) error {
+		if *through < -1 {
+			return usageError{fmt.Sprintf("--through %d: a position is 0 or more", *through)}
+		}
+		if *through >= 0 && (*maxAge != 0 || *maxChanges != 0) {
+			return usageError{"--through drops through one position; it does not combine with --max-age or --max-changes"}
+		}
 		pool, f, err := e.connect(pgfeed.Options{MaxAge: *maxAge, MaxChanges: *maxChanges})
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
 		defer f.Close()
+		if err := e.installed(pool); err != nil {
+			return err
+		}
+		head, err := f.Head(e.ctx)
+		if err != nil {
+			return err
+		}
 		before, err := f.Floor(e.ctx)
 		if err != nil {
 			return err
 		}
-		var floor feed.Position
+		res := pruneResult{Database: e.db, Schema: e.schema, DryRun: *dryRun, Head: int64(head), PreviousFloor: int64(before)}
+		var target feed.Position
 		if *through >= 0 {
-			floor, err = f.PruneThrough(e.ctx, feed.Position(*through))
-		} else {
-			floor, err = f.Prune(e.ctx)
-		}
-		if err != nil {
+			// A floor above the head would hide every change committed
+			// later: their positions come below it.
+			if feed.Position(*through) > head {
+				return fmt.Errorf("--through %d is beyond the head %d: changes committed later would get positions at or below the floor and never be delivered; nothing was pruned", *through, head)
+			}
+			target = feed.Position(*through)
+		} else if target, err = f.PruneTarget(e.ctx); err != nil {
 			return err
 		}
-		if e.json {
-			return e.printJSON(map[string]any{"schema": e.schema, "floor": floor, "previous_floor": before})
+		target = max(target, before)
+		count := func(lo, hi feed.Position) (int64, error) {
+			var n int64
+			err := pool.QueryRow(e.ctx, "SELECT count(*) FROM "+e.quoted("changes")+" WHERE pos > $1 AND pos <= $2", int64(lo), int64(hi)).Scan(&n)
+			return n, err
 		}
-		fmt.Fprintf(e.out, "floor %d (was %d)\n", floor, before)
+		if *dryRun {
+			res.Floor = int64(target)
+			if res.Removed, err = count(before, target); err != nil {
+				return fmt.Errorf("counting changes: %w", err)
+			}
+		} else {
+			// Changes at or below the head keep their positions whatever
+			// commits meanwhile: what left that range is what was removed
+			// (by this command, or a pruner running at the same time).
+			was, err := count(before, head)
+			if err != nil {
+				return fmt.Errorf("counting changes: %w", err)
+			}
+			var floor feed.Position
+			if *through >= 0 {
+				floor, err = f.PruneThrough(e.ctx, target)
+			} else {
+				floor, err = f.Prune(e.ctx)
+			}
+			if err != nil {
+				return err
+			}
+			res.Floor = int64(floor)
+			left, err := count(before, head)
+			if err != nil {
+				return fmt.Errorf("counting changes: %w", err)
+			}
+			res.Removed = was - left
+		}
+		if e.json {
+			return e.printJSON(res)
+		}
+		verb, was := "removed", "was"
+		if res.DryRun {
+			verb, was = "would remove", "now"
+		}
+		fmt.Fprintf(e.out, "database %s, schema %s, head %d\n", e.db, e.schema, res.Head)
+		fmt.Fprintf(e.out, "%s %d changes at or below position %d: floor %d (%s %d)\n", verb, res.Removed, res.Floor, res.Floor, was, res.PreviousFloor)
 		return nil
 	}
+}
+
+// installed returns an error naming the database if tide's schema is not
+// installed there.
+func (e *env) installed(pool *pgxpool.Pool) error {
+	v, err := e.schemaVersion(pool)
+	if err != nil {
+		return err
+	}
+	if v == 0 {
+		return fmt.Errorf("schema %q is not installed: run tide migrate -d <this database>", e.schema)
+	}
+	return nil
 }

@@ -3,11 +3,8 @@ package main
 import (
 	"flag"
 	"fmt"
-	"hash/crc32"
 	"text/tabwriter"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/replicator"
@@ -15,6 +12,7 @@ import (
 
 // status is what tide status reports.
 type status struct {
+	Database      string           `json:"database"`
 	Schema        string           `json:"schema"`
 	Version       int              `json:"version"`
 	LatestVersion int              `json:"latest_version"`
@@ -25,7 +23,7 @@ type status struct {
 	Bytes         int64            `json:"bytes"`
 	NewestCommit  *time.Time       `json:"newest_commit,omitempty"`
 	Resources     []resourceStatus `json:"resources"`
-	Replicator    *lockHolder      `json:"replicator"` // nil: no node holds the role
+	Roles         []roleHolder     `json:"roles"` // sequencer, replicator
 }
 
 type resourceStatus struct {
@@ -35,12 +33,11 @@ type resourceStatus struct {
 	Changes int64  `json:"changes"`
 }
 
-// lockHolder is the Postgres session holding an advisory lock.
-type lockHolder struct {
-	PID         int32      `json:"pid"`
-	Application string     `json:"application"`
-	Client      string     `json:"client,omitempty"`
-	Since       *time.Time `json:"since,omitempty"`
+// roleHolder is the node holding a database-wide role.
+type roleHolder struct {
+	Role   string         `json:"role"`
+	Node   string         `json:"node"`   // "" when no node holds it
+	Holder *pgfeed.Holder `json:"holder"` // the Postgres session holding the role's lock, nil if none
 }
 
 func statusFlags(fs *flag.FlagSet) func(*env) error {
@@ -51,12 +48,12 @@ func statusFlags(fs *flag.FlagSet) func(*env) error {
 		}
 		defer pool.Close()
 		defer f.Close()
-		st := status{Schema: e.schema, LatestVersion: pgfeed.SchemaVersion(), Resources: []resourceStatus{}}
-		if st.Version, err = e.schemaVersion(pool); err != nil {
+		st := status{Database: e.db, Schema: e.schema, LatestVersion: pgfeed.SchemaVersion(), Resources: []resourceStatus{}}
+		if err := e.installed(pool); err != nil {
 			return err
 		}
-		if st.Version == 0 {
-			return fmt.Errorf("schema %q is not installed: run tide migrate", e.schema)
+		if st.Version, err = e.schemaVersion(pool); err != nil {
+			return err
 		}
 		head, err := f.Head(e.ctx)
 		if err != nil {
@@ -89,13 +86,29 @@ FROM `+e.quoted("resources")+` r ORDER BY r.name`)
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("reading resources: %w", err)
 		}
-		if st.Replicator, err = e.lockHolder(pool, replicator.LockClass, int32(crc32.ChecksumIEEE([]byte(e.schema)))); err != nil {
-			return err
+		seqClass, key := pgfeed.SequencerLock(e.schema)
+		for _, r := range []struct {
+			name       string
+			class, key int32
+		}{{pgfeed.RoleSequencer, seqClass, key}, {pgfeed.RoleReplicator, replicator.LockClass, key}} {
+			h, err := pgfeed.LockHolder(e.ctx, pool, r.class, r.key)
+			if err != nil {
+				return fmt.Errorf("reading the %s's holder: %w", r.name, err)
+			}
+			rh := roleHolder{Role: r.name, Holder: h}
+			if h != nil {
+				rh.Node = h.Application
+				if node, ok := pgfeed.ParseRoleAppName(r.name, h.Application); ok {
+					rh.Node = node
+				}
+			}
+			st.Roles = append(st.Roles, rh)
 		}
 		if e.json {
 			return e.printJSON(st)
 		}
 		w := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(w, "database\t%s\n", st.Database)
 		fmt.Fprintf(w, "schema\t%s (version %d of %d)\n", st.Schema, st.Version, st.LatestVersion)
 		fmt.Fprintf(w, "epoch\t%s\n", st.Epoch)
 		fmt.Fprintf(w, "head\t%d\n", st.Head)
@@ -104,10 +117,15 @@ FROM `+e.quoted("resources")+` r ORDER BY r.name`)
 		if st.NewestCommit != nil {
 			fmt.Fprintf(w, "newest commit\t%s (%s ago)\n", st.NewestCommit.Format(time.RFC3339), time.Since(*st.NewestCommit).Round(time.Second))
 		}
-		if h := st.Replicator; h != nil {
-			fmt.Fprintf(w, "replicator\tleader is backend %d (%s %s)\n", h.PID, h.Application, h.Client)
-		} else {
-			fmt.Fprintf(w, "replicator\tno leader (none running, or the Postgres bus)\n")
+		for _, r := range st.Roles {
+			switch {
+			case r.Holder != nil:
+				fmt.Fprintf(w, "%s\tnode %s (backend %d%s)\n", r.Role, r.Node, r.Holder.PID, clientAddr(r.Holder.Client))
+			case r.Role == pgfeed.RoleReplicator:
+				fmt.Fprintf(w, "%s\tnone (no replicator runs: the Postgres bus needs none)\n", r.Role)
+			default:
+				fmt.Fprintf(w, "%s\tnone (no node is running: committed changes wait for one)\n", r.Role)
+			}
 		}
 		for _, r := range st.Resources {
 			fmt.Fprintf(w, "resource %s\ttable %s, floor %d, %d changes\n", r.Name, r.Table, r.Floor, r.Changes)
@@ -116,24 +134,9 @@ FROM `+e.quoted("resources")+` r ORDER BY r.name`)
 	}
 }
 
-// lockHolder returns the session holding the two-key advisory lock
-// (class, key), or nil.
-func (e *env) lockHolder(pool *pgxpool.Pool, class, key int32) (*lockHolder, error) {
-	rows, err := pool.Query(e.ctx, `SELECT l.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), ''), a.backend_start
-FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-  AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-		int64(uint32(class)), int64(uint32(key)))
-	if err != nil {
-		return nil, fmt.Errorf("reading locks: %w", err)
+func clientAddr(a string) string {
+	if a == "" {
+		return ""
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		return nil, rows.Err()
-	}
-	var h lockHolder
-	if err := rows.Scan(&h.PID, &h.Application, &h.Client, &h.Since); err != nil {
-		return nil, err
-	}
-	return &h, nil
+	return " from " + a
 }

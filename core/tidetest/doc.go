@@ -4,7 +4,8 @@
 // It has two parts:
 //
 //   - Conn, a wire-level client. Dial opens a WebSocket to a tide endpoint
-//     (typically an httptest.Server in front of middleware.Handler); the
+//     (typically an httptest.Server in front of the app, or of
+//     middleware.Middleware(e)(http.NotFoundHandler())); the
 //     test then sends client frames (Hello, Subscribe, Send) and asserts on
 //     what the server answers (Expect, ExpectError, Collect, ExpectClose).
 //     Frames are decoded with protocol.DecodeServerFrame, so the assertions
@@ -29,7 +30,7 @@
 //		e, _ := core.New(core.Config{})
 //		_, _ = core.Register(e, core.Resource[Todo]{Table: "todos",
 //			Authorize: authz.RequireClaim("project_id", "projects")})
-//		srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(session)))
+//		srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(session))(http.NotFoundHandler()))
 //		defer srv.Close()
 //		defer e.Shutdown(context.Background())
 //

@@ -53,7 +53,7 @@ func Example() {
 		panic(err)
 	}
 	_ = todos.Upsert(context.Background(), Todo{"t1", "p7", "write the docs"})
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(session)))
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(session))(http.NotFoundHandler()))
 	defer e.Shutdown(context.Background())
 	defer srv.Close()
 	t := &exampleT{} // in a test: the test's *testing.T

@@ -6,8 +6,8 @@
 // Open the printed URL in two tabs; an edit in one shows in the other.
 //
 // With DATABASE_URL set it runs on Postgres instead: it creates the todos
-// table if it is missing, installs tide's schema and capture (pgfeed's
-// Migrate, safe on every boot), and syncs the table, including rows changed
+// table if it is missing, installs tide's schema and capture (tide.Open
+// does, safe on every boot), and syncs the table, including rows changed
 // with plain SQL from psql:
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable go run ./examples/todo
@@ -43,6 +43,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidesync/tide"
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
@@ -110,7 +111,7 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 			return fmt.Errorf("TIDE_DEMO_TOKEN_TTL: %w", err)
 		}
 	}
-	cfg := core.Config{Logger: log, Tokens: kr} // the in-memory feed, unless DATABASE_URL is set
+	cfg := core.Config{Logger: log, Tokens: kr} // tide.Open picks the feed: in memory, unless DATABASE_URL is set
 	if s := os.Getenv("TIDE_DEMO_HEARTBEAT"); s != "" {
 		if cfg.Heartbeat, err = time.ParseDuration(s); err != nil {
 			return fmt.Errorf("TIDE_DEMO_HEARTBEAT: %w", err)
@@ -118,46 +119,44 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 	}
 	app := &app{idPrefix: "t"}
 	seed := true
+	var pool *pgxpool.Pool // nil: tide.Open runs in memory
 	if url := os.Getenv("DATABASE_URL"); url != "" {
-		pool, pf, empty, err := openPostgres(ctx, url, log)
-		if err != nil {
+		var empty bool
+		if pool, empty, err = openPostgres(ctx, url, log); err != nil {
 			return err
 		}
 		defer pool.Close()
-		defer pf.Close()
-		cfg.Feed = pf
 		seed = empty
 		// Ids must not collide with the rows of earlier runs.
 		app.idPrefix = fmt.Sprintf("t%d-", time.Now().UnixMilli())
 	}
-	engine, err := core.New(cfg)
+	// Declare the resources, then (on Postgres) install tide's schema and
+	// the capture of every resource, safe on every boot and from several
+	// nodes at once, and start the engine: commits get their positions,
+	// and old changes are pruned, whether or not a browser is connected.
+	td, err := tide.Open(ctx, pool, tide.Config{Engine: cfg, Feed: pgfeed.Options{Logger: log, Schema: os.Getenv("TIDE_FEED_SCHEMA")}},
+		func(engine *core.Engine) error {
+			todos, err := core.Register(engine, core.Resource[Todo]{Table: "todos", Authorize: projectMember})
+			if err != nil {
+				return err
+			}
+			app.todos = todos
+			// Who is viewing a project: an app channel with presence, open to
+			// the project's members (the same policy as the todos).
+			if err := core.RegisterChannel(engine, core.Channel[json.RawMessage]{Pattern: "project:{project_id}", Subscribe: projectMember, Presence: true}); err != nil {
+				return err
+			}
+			return app.addMutators()
+		})
 	if err != nil {
 		return err
 	}
-	todos, err := core.Register(engine, core.Resource[Todo]{Table: "todos", Authorize: projectMember})
-	if err != nil {
-		return err
-	}
-	app.todos = todos
-	// Who is viewing a project: an app channel with presence, open to the
-	// project's members (the same policy as the todos).
-	if err := core.RegisterChannel(engine, core.Channel[json.RawMessage]{Pattern: "project:{project_id}", Subscribe: projectMember, Presence: true}); err != nil {
-		return err
-	}
-	if err := app.addMutators(); err != nil {
-		return err
-	}
-	if pf, ok := cfg.Feed.(*pgfeed.Feed); ok {
-		// Install tide's schema and the capture of every resource: safe on
-		// every boot, and from several nodes at once.
-		if err := pf.Migrate(ctx, engine.Schemas()...); err != nil {
-			return err
+	closed := false
+	defer func() {
+		if !closed {
+			_ = td.Close(context.Background())
 		}
-		// Give commits their positions and prune from now on, whether or
-		// not a browser is connected.
-		pf.StartSequencer()
-		pf.StartPruner()
-	}
+	}()
 	if seed {
 		if err := app.seed(ctx); err != nil {
 			return err
@@ -172,7 +171,7 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 
 	// The one line: tide's routes in front of the app, with the app's notion
 	// of who the user is.
-	handler := middleware.Middleware(engine, middleware.WithPrincipal(sessionUser),
+	handler := middleware.Middleware(td.Engine, middleware.WithPrincipal(sessionUser),
 		middleware.WithTokenEndpoint(kr), middleware.WithTokenTTL(tokenTTL))(withSession(mux))
 
 	ln, err := net.Listen("tcp", addr)
@@ -193,7 +192,8 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = engine.Shutdown(shutdownCtx) // closes sockets with 4002
+	_ = td.Close(shutdownCtx) // closes sockets with 4002, then the feed
+	closed = true
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -252,11 +252,11 @@ type app struct {
 func (a *app) newID() string { return fmt.Sprintf("%s%d", a.idPrefix, a.seq.Add(1)) }
 
 // openPostgres connects to url, creates the todos table if it is missing and
-// returns the pool, a Postgres feed on it, and whether the table was empty.
-func openPostgres(ctx context.Context, url string, log *slog.Logger) (*pgxpool.Pool, *pgfeed.Feed, bool, error) {
+// returns the pool and whether the table was empty.
+func openPostgres(ctx context.Context, url string, log *slog.Logger) (*pgxpool.Pool, bool, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("DATABASE_URL: %w", err)
+		return nil, false, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS todos (
   id text PRIMARY KEY,
@@ -270,15 +270,10 @@ func openPostgres(ctx context.Context, url string, log *slog.Logger) (*pgxpool.P
 	}
 	if err != nil {
 		pool.Close()
-		return nil, nil, false, fmt.Errorf("create the todos table: %w", err)
-	}
-	pf, err := pgfeed.New(pool, pgfeed.Options{Logger: log, Schema: os.Getenv("TIDE_FEED_SCHEMA")})
-	if err != nil {
-		pool.Close()
-		return nil, nil, false, err
+		return nil, false, fmt.Errorf("create the todos table: %w", err)
 	}
 	log.Info("using Postgres", "database", pool.Config().ConnConfig.Database)
-	return pool, pf, empty, nil
+	return pool, empty, nil
 }
 
 func (a *app) seed(ctx context.Context) error {

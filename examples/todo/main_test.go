@@ -42,8 +42,8 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := client.NewMirror()
-	if _, err := c.Subscribe(client.Scope{Resource: "todos", Conditions: map[string]any{"project_id": "demo"}}, m); err != nil {
+	sub, err := c.Sync(client.Scope{Resource: "todos", Conditions: map[string]any{"project_id": "demo"}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = c.Run(ctx) }()
@@ -58,16 +58,18 @@ func TestDemo(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated || created.ID == "" {
 		t.Fatalf("create: %d", resp.StatusCode)
 	}
-	err = m.Wait(ctx, func(rows map[string]json.RawMessage) bool {
-		row, ok := rows[created.ID]
-		if !ok {
-			return false
+	for {
+		changed := sub.Changed() // before reading, so no change is missed
+		if row, ok := sub.Rows()[created.ID]; ok {
+			if td, err := protocol.DecodeRow[Todo](row); err == nil && td.Title == "from the other tab" {
+				break
+			}
 		}
-		td, err := protocol.DecodeRow[Todo](row)
-		return err == nil && td.Title == "from the other tab"
-	})
-	if err != nil {
-		t.Fatalf("the new todo never reached the subscribed client: %v", err)
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("the new todo never reached the subscribed client: %v", ctx.Err())
+		}
 	}
 
 	// Who is viewing the project: this tab (the Go client) and a second

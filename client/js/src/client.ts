@@ -756,7 +756,9 @@ export class Client {
     // Whether the subscription ended (its connection too) while the store
     // was written: its scope then says cached, never live or catching-up.
     const gone = () => sub !== s.sub_ && this.status.s_.transport === "ws";
+    const h = s.held_;
     if (f.type === "reset") {
+      s.held_ = undefined;
       c.cursor = "";
       s.resetNext_ = true;
       await this.store_.saveScope(record(c, "", new Map()), true);
@@ -765,7 +767,8 @@ export class Client {
       return;
     }
     if (f.type === "caught-up") {
-      if (newer(f.cursor, c.cursor)) await this.saveBase_(s, c.base_, f.cursor, false);
+      s.held_ = undefined;
+      if (h || newer(f.cursor, c.cursor)) await this.saveBase_(s, h ? h[0] : c.base_, f.cursor, !!h?.[1]);
       if (gone()) return;
       s.set_("live");
       this.settle_();
@@ -779,8 +782,13 @@ export class Client {
         throw new ProtocolError(`changes of ${c.resources ?? c.resource} carry ${e.resource}`);
     // Every entry is applied, those of this client's own origin too: the view
     // only changes (and notifies) where a row differs from what the ack landed.
-    await this.saveBase_(s, applyBase(c.base_, !!reset, f.entries, c), f.cursor, !!reset);
+    // A snapshot of several resources sends each resource's rows in turn: the
+    // copy takes them all at its caught-up, never a comment before its todo.
+    const next = applyBase(h ? h[0] : c.base_, !!reset, f.entries, c);
+    const r = !!reset || !!h?.[1];
     s.resetNext_ = false;
+    s.held_ = c.resources && f.cursor.startsWith("2s.") ? [next, r] : undefined;
+    if (!s.held_) await this.saveBase_(s, next, f.cursor, r);
     if (s.s_.state !== "live" && !gone()) s.set_("catching-up");
     this.settle_();
   }
@@ -814,6 +822,7 @@ export class Client {
     if (this.status.s_.transport === "poll") return pollScope(this, s);
     if (!this.welcomed_) return;
     s.sub_ = String(++this.subSeq_);
+    s.held_ = undefined;
     // A scope of several resources names them in resources only, so a server without them refuses it.
     const cursor = s.copy_!.cursor;
     s.resetNext_ ||= !cursor; // without a cursor the copy starts empty

@@ -50,6 +50,7 @@ export class Scope extends Subscribable<ScopeSnapshot> {
   /** @internal The current subscription id. */ sub_ = "";
   /** @internal Refused for good (forbidden, unknown_resource ...). */ stopped_?: boolean;
   /** @internal */ resetNext_?: boolean;
+  /** @internal A snapshot of several resources, held until its caught-up: the rows so far, and whether it began with a reset. */ held_?: [Map<string, Row>, boolean];
   /** @internal */ ready_: Promise<void>;
   /** @internal */ pollTimer_: ReturnType<typeof setTimeout> | undefined;
 

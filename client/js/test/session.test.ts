@@ -305,3 +305,34 @@ test("a scope of several resources: one subscribe naming them, entries by resour
   assert.deepEqual(await store.listScopes!(), [], "forget deletes the stored scope");
   cl.close();
 });
+
+test("a snapshot of several resources reaches the copy at its caught-up: never a comment before its todo", async () => {
+  const store = memoryStore();
+  const { cl } = client({ store });
+  const project = cl.scope(["todos", "comments"], { project_id: "p7" });
+  const seen: string[] = [];
+  project.subscribe(() => seen.push(`${project.rowsOf("comments").length} comments, ${project.rowsOf("todos").length} todos`));
+  let ws = await welcomed();
+  let sub = await until("subscribe", () => ws.of("subscribe")[0]);
+  const page1 = { type: "changes", id: sub.id, cursor: "2s.E.5.1.c2VhbGVk", entries: [
+    { op: "upsert", key: "c1", resource: "comments", row: { id: "c1", project_id: "p7" } },
+    { op: "upsert", key: "c2", resource: "comments", row: { id: "c2", project_id: "p7" } }] };
+  const page2 = { type: "changes", id: sub.id, cursor: "2s.E.5.2.c2VhbGVk", entries: [
+    { op: "upsert", key: "t1", resource: "todos", row: { id: "t1", project_id: "p7" } }] };
+  ws.push(page1);
+  ws.push(page2);
+  // The connection drops before the caught-up: the snapshot starts again.
+  ws.close(1001);
+  ws = await welcomed(1);
+  sub = await until("resubscribe", () => ws.of("subscribe")[0]);
+  assert.equal(sub.cursor, undefined, "the held pages were not stored: the snapshot starts from no cursor");
+  ws.push({ ...page1, id: sub.id });
+  ws.push({ ...page2, id: sub.id });
+  ws.push({ type: "caught-up", id: sub.id, cursor: "1.E.5" });
+  await until("live", () => project.getSnapshot().state === "live");
+  assert.equal(project.rowsOf("comments").length, 2);
+  assert.equal(project.rowsOf("todos").length, 1);
+  for (const s of seen) assert.ok(!/^[1-9]\d* comments, 0 todos$/.test(s), `the copy showed ${s}`);
+  assert.equal((await store.listScopes!())[0]?.cursor, "1.E.5");
+  cl.close();
+});

@@ -584,6 +584,25 @@ func (s *suite) testRetention(t *testing.T) {
 	checkChanges(t, "Replay after a write past Prune", got, append(all[5:len(all):len(all)], more.change(feed.OpUpsert)))
 }
 
+// testPruneBeyondHead: pruning through a position beyond the head moves the
+// floor no further than the head, so the changes committed afterwards are
+// read like any others.
+func (s *suite) testPruneBeyondHead(t *testing.T) {
+	e := s.setup(t)
+	for i := range 3 {
+		e.apply("", item{ID: fmt.Sprintf("k%d", i), Tenant: "t1", Grp: 1}.upsert())
+	}
+	head := e.head()
+	s.h.Prune(t, e.f, head+1_000_000)
+	if h := e.head(); h != head {
+		t.Fatalf("Prune beyond the head moved Head from %d to %d", head, h)
+	}
+	later := item{ID: "later", Tenant: "t1", Grp: 1}
+	e.apply("", later.upsert())
+	checkChanges(t, "Tail after pruning beyond the head", e.tail(head, e.head()), []feed.Change{later.change(feed.OpUpsert)})
+	checkChanges(t, "Replay after pruning beyond the head", e.replay(itemScope(tenantIs("t1")), head, e.head(), 100, nil), []feed.Change{later.change(feed.OpUpsert)})
+}
+
 // testCount checks feed.Counter, for feeds that implement it: the counts
 // are those of Replay and Snapshot, capped, and an expired cursor is
 // refused.

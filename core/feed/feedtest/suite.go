@@ -62,6 +62,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Random", s.testRandom)
 	t.Run("ConcurrentWriters", s.testConcurrent)
 	t.Run("Retention", s.testRetention)
+	t.Run("PruneBeyondHead", s.testPruneBeyondHead)
 	t.Run("TransactWritten", s.testTransactWritten)
 }
 

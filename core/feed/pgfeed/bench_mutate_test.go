@@ -61,9 +61,9 @@ func BenchmarkMutate(b *testing.B) {
 	}); err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(func(*http.Request) (authz.Principal, error) {
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(func(*http.Request) (authz.Principal, error) {
 		return authz.Principal{ID: "u"}, nil
-	})))
+	}))(http.NotFoundHandler()))
 	b.Cleanup(func() { _ = e.Shutdown(context.Background()); srv.Close() })
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"
 

@@ -17,6 +17,7 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/synctest"
 	"github.com/tidesync/tide/internal/testenv"
 )
 
@@ -43,7 +44,7 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE e2e_items"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+srv.feed.OutboxTable()+", "+srv.feed.ChangesTable()); err != nil {
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+srv.feed.TicksTable()+", "+srv.feed.ChangesTable()); err != nil {
 		b.Fatal(err)
 	}
 	head, err := srv.feed.Head(ctx)
@@ -175,7 +176,7 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 			if err := store.Save(ctx, client.Record{Digest: digest, Resource: "items", State: client.StateLive, Cursor: cursor}); err != nil {
 				b.Fatal(err)
 			}
-			// A Mirror keeps the rows as they arrive (raw JSON), as an app's
+			// A synctest.Rows keeps the rows as they arrive (raw JSON), as an app's
 			// copy would before it decodes what it renders.
 			caught := make(chan struct{})
 			c, err := client.New(client.Config{URL: srv.url, Store: store, OnEvent: func(e client.Event) {
@@ -186,7 +187,7 @@ SELECT 'k' || i, 't' || (i % 10), i % 3, 'a title of a typical length ' || i, i 
 			if err != nil {
 				b.Fatal(err)
 			}
-			m := client.NewMirror()
+			m := synctest.NewRows()
 			if _, err := c.Subscribe(scope, m); err != nil {
 				b.Fatal(err)
 			}

@@ -25,37 +25,41 @@
 // # How it works
 //
 // Migrate creates tide's schema (Options.Schema, "tide" by default): the
-// change log table changes, an outbox, their metadata, versioned in
-// schema_migrations. For each resource it installs a capture function and a
-// deferred constraint trigger on the resource's table (AFTER INSERT OR
-// UPDATE OR DELETE, DEFERRABLE INITIALLY DEFERRED, FOR EACH ROW), so the
-// capture runs when the writer's transaction commits, inside it.
+// change log table changes, the ticks that give its changes positions,
+// their metadata, versioned in schema_migrations. For each resource it
+// installs a capture function and a deferred constraint trigger on the
+// resource's table (AFTER INSERT OR UPDATE OR DELETE, DEFERRABLE INITIALLY
+// DEFERRED, FOR EACH ROW), so the capture runs when the writer's
+// transaction commits, inside it.
 //
-// The capture appends each change to the outbox with the writer's
-// transaction id and a serial number, and nothing else: no lock, no shared
-// row, no notification, so synced transactions never wait for one another
-// and Postgres's group commit works for them as for any table. A single
+// The capture writes each change once, into the change log, with the
+// writer's transaction id, its place in the transaction and a capture
+// number, and nothing else: no position, no lock, no shared row, no
+// notification, so synced transactions never wait for one another and
+// Postgres's group commit works for them as for any table. A single
 // sequencer per database (elected with a session-level advisory lock among
 // the feeds that tail: every node is a candidate, and the role moves when
-// its holder's session ends) gives committed changes their positions: in
-// one statement per step it moves the outbox rows its snapshot sees into
-// the change log, whole transactions in the order in which they finished
-// writing, with positions from a sequence, and then notifies the tailers.
-// Steps exclude one another, so positions become visible in order: in any
-// snapshot the visible positions are a prefix of the numbering (with
-// harmless gaps left by steps that failed). A transaction that writes a row
-// another one wrote waits for that one to commit, so it finishes writing
-// after it and gets later positions: for conflicting writes, positions
-// follow commit order. Head and Snapshot run a step themselves when
-// committed changes wait in the outbox, so Head covers every change
-// committed before it was called and a snapshot page is exactly the state
-// at its position. docs/architecture.md argues each case.
+// its holder's session ends) gives committed changes their positions
+// without copying them: in one statement per step it finds the
+// transactions its snapshot sees committed and the last tick's snapshot did
+// not, orders them by the last change each wrote, and writes a tick: their
+// ids and first positions, and its snapshot. A change's position is its
+// transaction's first position plus its place. Steps exclude one another,
+// so positions become visible in order: in any snapshot the visible
+// positions are a prefix of the numbering (with harmless gaps). A
+// transaction that writes a row another one wrote waits for that one to
+// commit, so it writes its change after it and gets later positions: for
+// conflicting writes, positions follow commit order. Head and Snapshot run
+// a step themselves when committed changes have no position yet, so Head
+// covers every change committed before it was called and a snapshot page
+// is exactly the state at its position. docs/architecture.md argues each
+// case.
 //
-// The cost: a change is written twice (to the outbox, then to the log) and
-// reaches tailers one step later than its commit: the sequencer looks at
-// the outbox every millisecond while changes flow, less often when they do
-// not (Options.SequencerInterval), and each step is one more commit
-// (docs/performance.md has the figures).
+// The cost: a change is written once beside the app's row (with its
+// index entries), a step writes one small tick row for up to 128
+// transactions, and a change reaches tailers one step after its commit:
+// the sequencer looks as soon as the WAL shows a capture, or every
+// Options.SequencerInterval (docs/performance.md has the figures).
 //
 // # Guarantees
 //
@@ -88,6 +92,10 @@
 //     commit together, and every read checks the floor in the statement
 //     that reads the changes; a cursor below it yields
 //     feed.ErrCursorExpired (a reset and a fresh snapshot for the client).
+//     Nor does it hide a change: the floor never passes the newest committed
+//     position (PruneThrough clamps to it), and a floor found above the
+//     position sequence (set by hand) is repaired at the start of each
+//     sequencer term, so changes committed later are read.
 //   - Changing a resource's table, key, scope or columns moves its floor at
 //     the next Migrate, so cursors from before get a reset instead of
 //     changes they would misread.

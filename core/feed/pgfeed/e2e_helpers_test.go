@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -83,7 +84,7 @@ func newE2ENode(t testing.TB, pool *pgxpool.Pool, name string, opts pgfeed.Optio
 	if err := f.Migrate(ctx, e.Schemas()...); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e))
+	srv := httptest.NewServer(middleware.Middleware(e)(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

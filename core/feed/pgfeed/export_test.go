@@ -50,8 +50,16 @@ func (f *Feed) RevocationsTable() string { return f.n.revocations().table }
 // this feed holds the role, 0 otherwise.
 func (f *Feed) SequencerPID() uint32 { return f.sequencerPID.Load() }
 
-// OutboxTable returns the qualified outbox table.
-func (f *Feed) OutboxTable() string { return f.n.outbox }
+// PendingSQL is a statement returning 1 while a committed change has no
+// position yet, else 0.
+func (f *Feed) PendingSQL() string { return "SELECT " + f.n.pendingExpr() }
+
+// LogSQL is a FROM item (alias c) of every change with a position: pos,
+// resource, op, key, scope, data, origin, prev, committed_at and xid.
+func (f *Feed) LogSQL() string { return f.n.schema + ".log c" }
+
+// TicksTable returns the qualified ticks table.
+func (f *Feed) TicksTable() string { return f.n.ticks }
 
 // OnListen sets a hook called after every LISTEN; set it before the first
 // Tail.
@@ -110,8 +118,11 @@ func (f *Feed) InstallVersion(ctx context.Context, version int, schemas ...*feed
 		}
 		p := newPlan(s, types)
 		ddl := f.captureDDL(p)
-		if version == 1 {
+		switch {
+		case version == 1:
 			ddl = f.captureDDLv1(p)
+		case version < 8:
+			ddl = f.captureDDLv7(p)
 		}
 		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			for _, stmt := range ddl {
@@ -119,7 +130,11 @@ func (f *Feed) InstallVersion(ctx context.Context, version int, schemas ...*feed
 					return err
 				}
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO `+n.resources+` (name, tbl, layout, install, floor) VALUES ($1, $2, $3, $4, `+n.headExpr+`)`,
+			head := n.headExpr
+			if version < 8 {
+				head = `(SELECT greatest(coalesce((SELECT max(pos) FROM ` + n.changes + `), 0), m.floor) FROM ` + n.meta + ` m)`
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+n.resources+` (name, tbl, layout, install, floor) VALUES ($1, $2, $3, $4, `+head+`)`,
 				s.Name, s.Table, p.layout, installHash(ddl))
 			return err
 		})
@@ -177,6 +192,66 @@ END`
 	return stmts
 }
 
+// captureDDLv7 is the outbox capture of versions 2 to 7, verbatim but for
+// the broken variant.
+func (f *Feed) captureDDLv7(p *plan) []string {
+	n := f.n
+	fn := n.schema + "." + pgx.Identifier{captureFunc(p.s.Name)}.Sanitize()
+	prevs := len(p.s.PrevColumns) > 0
+	cols := "resource, op, key, scope, data, origin"
+	if prevs {
+		cols += ", prev"
+	}
+	target := n.outbox + " (" + cols + ") VALUES ("
+	// prev is the previous version of an upserted row in its scope, for a
+	// resource with a row filter: the columns the filter reads, JSON null
+	// for none (NULL for a delete).
+	insert := func(op int, alias, prev string) string {
+		if !prevs {
+			prev = ""
+		} else if op == int(feed.OpDelete) {
+			prev = ", NULL"
+		} else {
+			prev = ", " + prev
+		}
+		return "INSERT INTO " + target + p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o" + prev + ");"
+	}
+	const none = "'null'::jsonb"
+	body := `
+DECLARE
+  o text := nullif(pg_catalog.current_setting('tide.origin', true), '');
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    ` + insert(int(feed.OpDelete), "OLD", "") + `
+  ELSIF TG_OP = 'UPDATE' THEN
+    IF ` + p.keyExpr("OLD") + ` IS DISTINCT FROM ` + p.keyExpr("NEW") + ` OR ` + p.scopeExpr("OLD") + ` IS DISTINCT FROM ` + p.scopeExpr("NEW") + ` THEN
+      ` + insert(int(feed.OpDelete), "OLD", "") + `
+      ` + insert(int(feed.OpUpsert), "NEW", none) + `
+    ELSE
+      ` + insert(int(feed.OpUpsert), "NEW", p.prevExpr("OLD")) + `
+    END IF;
+  ELSE
+    ` + insert(int(feed.OpUpsert), "NEW", none) + `
+  END IF;
+  RETURN NULL;
+END`
+	trig := pgx.Identifier{f.triggerName(p.s.Name)}.Sanitize()
+	create := "CREATE CONSTRAINT TRIGGER " + trig + " AFTER INSERT OR UPDATE OR DELETE ON " + p.table +
+		" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn + "()"
+	stmts := []string{
+		"CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $tide$" + body + "\n$tide$",
+		"DROP TRIGGER IF EXISTS " + trig + " ON " + p.table,
+		create,
+		"CREATE OR REPLACE TRIGGER " + pgx.Identifier{f.truncateTrigger()}.Sanitize() + " BEFORE TRUNCATE ON " + p.table +
+			" FOR EACH STATEMENT EXECUTE FUNCTION " + n.schema + ".refuse_truncate()",
+	}
+	for i := range p.scope {
+		idx := pgx.Identifier{shortIdent("changes_" + p.s.Name + "_s" + strconv.Itoa(i+1))}.Sanitize()
+		stmts = append(stmts, "CREATE INDEX IF NOT EXISTS "+idx+" ON "+n.changes+" ((scope["+strconv.Itoa(i+1)+"]), pos) WHERE resource = "+p.resLit)
+	}
+	return stmts
+}
+
 // OnStreamWait sets a hook the sequencer calls each time it starts waiting
 // for the WAL stream to ring (its poll interval away); set it before the
 // first Tail.
@@ -188,3 +263,14 @@ func (f *Feed) OnWALRefused(hook func()) { f.onWALRefused = hook }
 
 // Channel returns the channel the sequencer notifies after each step.
 func (f *Feed) Channel() string { return f.n.channel }
+
+// CheckFloor runs the sequencer's check of the floor against the position
+// sequence on a connection of the pool.
+func (f *Feed) CheckFloor(ctx context.Context) error {
+	c, err := f.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	return f.checkFloor(ctx, c.Conn())
+}

@@ -110,7 +110,7 @@ $tide$`,
 			// NULL where not recorded.
 			`ALTER TABLE ` + n.outbox + ` ADD COLUMN prev jsonb`,
 			// The writer's transaction, so a commit group is exactly one
-			// transaction (see txExpr).
+			// transaction.
 			`ALTER TABLE ` + n.changes + ` ADD COLUMN prev jsonb, ADD COLUMN xid xid8`,
 			`ALTER TABLE ` + n.meta + ` ADD COLUMN reserved bigint NOT NULL DEFAULT 0, ADD COLUMN boot timestamptz`,
 			`CREATE FUNCTION ` + n.stepFn + `() RETURNS bigint LANGUAGE plpgsql AS $tide$
@@ -154,6 +154,9 @@ $tide$`,
   ADD CONSTRAINT meta_cursor_key_size CHECK (pg_catalog.octet_length(cursor_key) = ` + strconv.Itoa(feed.CursorKeySize) + `)`,
 		}
 	}},
+	// Version 8: each change written once (see ticks.go): the capture
+	// writes the change log itself, and sequencing steps write ticks.
+	{8, ticksMigration},
 }
 
 // positionBlock is how many positions a durable reservation covers: a

@@ -183,9 +183,9 @@ ON CONFLICT (id) DO UPDATE SET val = excluded.val, by = excluded.by`, a.ID, a.Va
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(func(*http.Request) (authz.Principal, error) {
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(func(*http.Request) (authz.Principal, error) {
 		return authz.Principal{ID: "u"}, nil
-	})))
+	}))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 		defer scancel()
@@ -376,9 +376,9 @@ func TestOwnWriteWhileOfflineConverges(t *testing.T) {
 	if err := pf.Migrate(ctx, e.Schemas()...); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(func(*http.Request) (authz.Principal, error) {
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(func(*http.Request) (authz.Principal, error) {
 		return authz.Principal{ID: "u"}, nil
-	})))
+	}))(http.NotFoundHandler()))
 	t.Cleanup(func() { _ = e.Shutdown(context.Background()); srv.Close() })
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"
 	scope := client.Scope{Resource: "items", Conditions: map[string]any{"project": "p"}}

@@ -82,13 +82,21 @@ type Options struct {
 	// set, the feed polls. Zero value: false.
 	PollOnly bool
 
+	// Node names this node to operators: the connections that hold a
+	// database-wide role carry it in their application_name ("tide
+	// sequencer <Node>", see RoleAppName), so tide status, the status page
+	// and metrics say which node holds what. Zero value: feed.DefaultNode(),
+	// the host name and process id.
+	Node string
+
 	// Logger receives operational events (listener reconnects, pruning).
 	// Zero value: slog.Default().
 	Logger *slog.Logger
 
 	// brokenCapture installs a deliberately unsound capture (positions
-	// taken at write time, not commit time) so tests can show that they
-	// detect it. Set only from export_test.go.
+	// taken at write time, not commit time, in ticks the capture writes
+	// itself; no step runs) so tests can show that they detect it. Set
+	// only from export_test.go.
 	brokenCapture bool
 }
 
@@ -115,6 +123,9 @@ func (o Options) withDefaults() Options {
 	o.SequencerInterval = max(o.SequencerInterval, time.Millisecond)
 	if o.SequencerBatch <= 0 {
 		o.SequencerBatch = DefaultSequencerBatch
+	}
+	if o.Node == "" {
+		o.Node = feed.DefaultNode()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -169,8 +180,6 @@ type Feed struct {
 	sequencerPID   atomic.Uint32
 	sequencerTerms atomic.Int64
 	sequencerSteps atomic.Int64
-	shrinking      atomic.Bool  // a vacuum that may cut the outbox's file runs (shrinkOutbox)
-	outboxShrinks  atomic.Int64 // such vacuums that ended
 	sequenced      atomic.Int64
 	waker          atomic.Pointer[walWaker]       // the current term's WAL wake-up, or nil
 	stepped        atomic.Pointer[steppedChanges] // the changes of this node's latest step, for its tailers
@@ -200,10 +209,15 @@ func New(pool *pgxpool.Pool, opts Options) (*Feed, error) {
 		return nil, fmt.Errorf("pgfeed: Options.Schema: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	n := newNames(opts.Schema)
+	if opts.brokenCapture {
+		// The broken capture ticks its own changes: nothing else steps.
+		n.headSQL = `SELECT ` + n.headExpr + `, m.epoch FROM ` + n.meta + ` m`
+	}
 	return &Feed{
 		pool:   pool,
 		opts:   opts,
-		n:      newNames(opts.Schema),
+		n:      n,
 		log:    opts.Logger,
 		ctx:    ctx,
 		cancel: cancel,
@@ -305,6 +319,9 @@ type names struct {
 	keys       string // idempotency keys of mutations
 	seq        string
 	seqLit     string // the sequence as a string literal, for nextval
+	ticks      string // the positions of committed transactions (see ticks.go)
+	captureSeq string // numbers changes in the order they are captured (cseq)
+	ordGUC     string // the setting counting a transaction's changes (ord)
 	channel    string // raw NOTIFY channel name
 	lockA      int32  // sequencing lock: pg_advisory_xact_lock(lockA, key), one step at a time
 	sequencerA int32  // the sequencer role: pg_try_advisory_lock(sequencerA, key), session-level
@@ -313,7 +330,6 @@ type names struct {
 	key        int32  // second key, derived from the schema name
 
 	headExpr         string // scalar subquery: the head
-	moveAll          string // CTEs moving the whole visible outbox into the log (for a WITH); i holds the new positions
 	headSQL, tailSQL string
 	stepRowsSQL      string // a step returning its changes, in scanChanges's layout (before in place of the floor)
 }
@@ -343,6 +359,9 @@ func newNames(schema string) names {
 		migrations: q("schema_migrations"),
 		keys:       q("mutation_keys"),
 		seq:        q("pos_seq"),
+		ticks:      q("ticks"),
+		captureSeq: q("capture_seq"),
+		ordGUC:     ordSetting(schema),
 		channel:    shortIdent(schema + "_changes"),
 		lockA:      lockClassCapture,
 		sequencerA: lockClassSequencer,
@@ -351,15 +370,13 @@ func newNames(schema string) names {
 		key:        int32(crc32.ChecksumIEEE([]byte(schema))),
 	}
 	n.seqLit = quoteLit(n.seq)
-	n.headExpr = `(SELECT greatest(coalesce((SELECT max(pos) FROM ` + n.changes + `), 0), m.floor) FROM ` + n.meta + ` m)`
-	// Head first gives positions to whatever has committed (a no-op when
-	// the outbox is empty), so it covers every change committed before it.
+	n.headExpr = `(SELECT greatest((SELECT t.next - 1 FROM ` + n.ticks + ` t ORDER BY t.pos DESC LIMIT 1), m.floor) FROM ` + n.meta + ` m)`
+	// Head first ticks whatever has committed (a no-op when nothing is
+	// pending), so it covers every change committed before it.
 	n.headSQL = `SELECT s.head, m.epoch FROM ` + n.seqFn + `(0, 0, 0, 0) s, ` + n.meta + ` m`
-	n.moveAll = n.move(true, "")
 	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
 FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
-LEFT JOIN LATERAL (SELECT pos, resource, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx FROM ` + n.changes + `
- WHERE pos > $1 ORDER BY pos LIMIT $2) c ON true ORDER BY c.pos`
+LEFT JOIN LATERAL (SELECT * FROM ` + n.ticked("$1", maxPosSQL, "") + ` ORDER BY c.tick, c.pos LIMIT $2) c ON true ORDER BY c.pos`
 	n.stepRowsSQL = `SELECT s.before, s.pos, s.resource, s.op, s.key, s.scope, s.data, coalesce(s.origin, ''), s.prev, s.tx FROM ` + n.stepRowsFn + `($1) s`
 	return n
 }

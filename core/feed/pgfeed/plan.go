@@ -310,25 +310,29 @@ func (f *Feed) truncateTrigger() string { return shortIdent(f.opts.Schema + "_no
 // captureDDL returns the statements installing the capture of p's resource,
 // in order.
 //
-// The capture appends each row event to the outbox, unordered: no lock, no
-// shared row, no notification, so synced transactions never wait for one
-// another. The sequencer gives the changes their positions once they have
-// committed (see sequencer.go).
+// The capture writes each row event into the change log, where it stays:
+// no position, no lock, no shared row, no notification, so synced
+// transactions never wait for one another. It counts the transaction's
+// changes (ord) in a transaction-local setting. The sequencer gives the
+// changes their positions once they have committed (see ticks.go).
 func (f *Feed) captureDDL(p *plan) []string {
 	n := f.n
 	fn := n.schema + "." + pgx.Identifier{captureFunc(p.s.Name)}.Sanitize()
 	prevs := len(p.s.PrevColumns) > 0
-	cols := "resource, op, key, scope, data, origin"
+	cols := "ord, resource, op, key, scope, data, origin"
 	if prevs {
 		cols += ", prev"
 	}
-	target := n.outbox + " (" + cols + ") VALUES ("
-	doorbell := ""
+	target := n.changes + " (" + cols + ") VALUES (k, "
+	after := " k := k + 1;"
 	if f.opts.brokenCapture {
-		// Broken on purpose: positions taken when the row is written, in
-		// no commit order, straight into the change log.
-		target = n.changes + " (pos, " + cols + ") VALUES (pg_catalog.nextval(" + n.seqLit + "), "
-		doorbell = "PERFORM pg_catalog.pg_notify(" + quoteLit(n.channel) + ", '');"
+		// Broken on purpose: a position taken when the row is written,
+		// in no commit order, as a tick of its own.
+		after = `
+    INSERT INTO ` + n.ticks + ` (pos, next, xids, firsts, snap) SELECT s.p, s.p + 1, ARRAY[pg_catalog.pg_current_xact_id()], ARRAY[s.p - k], pg_catalog.pg_current_snapshot() FROM (SELECT pg_catalog.nextval(` + n.seqLit + `) AS p) s
+      ON CONFLICT (pos) DO NOTHING;
+    PERFORM pg_catalog.pg_notify(` + quoteLit(n.channel) + `, '');
+    k := k + 1;`
 	}
 	// prev is the previous version of an upserted row in its scope, for a
 	// resource with a row filter: the columns the filter reads, JSON null
@@ -341,12 +345,13 @@ func (f *Feed) captureDDL(p *plan) []string {
 		} else {
 			prev = ", " + prev
 		}
-		return "INSERT INTO " + target + p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o" + prev + ");"
+		return "INSERT INTO " + target + p.resLit + ", " + strconv.Itoa(op) + ", " + p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", o" + prev + ");" + after
 	}
 	const none = "'null'::jsonb"
 	body := `
 DECLARE
   o text := nullif(pg_catalog.current_setting('tide.origin', true), '');
+  k integer := ` + n.nextOrd() + `;
 BEGIN
   IF TG_OP = 'DELETE' THEN
     ` + insert(int(feed.OpDelete), "OLD", "") + `
@@ -360,7 +365,7 @@ BEGIN
   ELSE
     ` + insert(int(feed.OpUpsert), "NEW", none) + `
   END IF;
-  ` + doorbell + `
+  ` + n.saveOrd("k") + `
   RETURN NULL;
 END`
 	trig := pgx.Identifier{f.triggerName(p.s.Name)}.Sanitize()
@@ -378,7 +383,7 @@ END`
 	}
 	for i := range p.scope {
 		idx := pgx.Identifier{shortIdent("changes_" + p.s.Name + "_s" + strconv.Itoa(i+1))}.Sanitize()
-		stmts = append(stmts, "CREATE INDEX IF NOT EXISTS "+idx+" ON "+n.changes+" ((scope["+strconv.Itoa(i+1)+"]), pos) WHERE resource = "+p.resLit)
+		stmts = append(stmts, "CREATE INDEX IF NOT EXISTS "+idx+" ON "+n.changes+" ((scope["+strconv.Itoa(i+1)+"]), xid) WHERE resource = "+p.resLit)
 	}
 	return stmts
 }

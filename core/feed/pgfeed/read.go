@@ -95,44 +95,18 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 // would have saved little.
 const orderedRead = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', true)`
 
-// txExpr is a change log row's commit group (feed.Change.Tx): the id of
-// the writer's transaction, which the sequencer copies from the outbox
-// (schema version 5 on), so a group is exactly one transaction. Rows
-// logged before version 5 have none; their group is the id of the
-// transaction that inserted the row, the sequencer step that gave it its
-// position (or, for rows of the first log version, the writer's own
-// transaction): a step moves whole transactions in one statement, so such
-// a group never splits a transaction, though it may hold several. That id
-// is the row's 32-bit xmin, which freezing keeps; two steps share one only
-// 2^32 transactions apart, never at neighbouring positions. A log restored
-// from a dump keeps the transaction ids of version 5 rows. The engine
-// bounds the groups it delivers whole (see core's maxCommitGroup).
-const txExpr = `coalesce(xid::text::bigint, xmin::text::bigint + 1)`
-
-// replaySQL builds the replay statement of q and its arguments.
-//
-// A condition of several values (tenant IN (t3, t7)) is read a value at a
-// time: for each value, the first Limit changes in position order from its
-// scope column's index, then the first Limit of those. As one condition
-// with = ANY, Postgres reads every change of the values in the range and
-// sorts them for each page (a bitmap scan: 20–30 ms for a page of 1,000
-// out of 20,000, growing with the backlog), or scans the log in position
-// order past every change of other scopes.
+// replaySQL builds the replay statement of q and its arguments: the
+// ticks after q.After in position order, each joined to its transactions'
+// changes of the scope through the change log index of one condition's
+// scope column (or the transaction index for a scope without
+// conditions), until the page is full.
 func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
-	n := f.n
 	args := []any{pos(q.After), pos(q.Until), q.Limit}
-	where, args, each := changesWhereEach(q.Scope, args, "v.val")
-	cols := `pos, op, key, scope, data, origin, prev, ` + txExpr + ` AS tx`
-	page := `SELECT ` + cols + ` FROM ` + n.changes + `
- WHERE ` + where + ` ORDER BY pos LIMIT $3`
-	if each != nil {
-		args = append(args, each)
-		page = `SELECT e.* FROM pg_catalog.unnest($` + strconv.Itoa(len(args)) + `::text[]) v(val)
- CROSS JOIN LATERAL (` + page + `) e ORDER BY e.pos LIMIT $3`
-	}
+	where, args := changesWhere(q.Scope, args)
+	page := `SELECT * FROM ` + f.n.ticked("$1", "$2", where) + ` ORDER BY c.tick, c.pos LIMIT $3`
 	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
 FROM ` + f.floorFrom(q.Scope.Schema.Name) + `
-LEFT JOIN LATERAL (` + page + `) c ON true`
+LEFT JOIN LATERAL (` + page + `) c ON true ORDER BY c.pos`
 	return sql, args
 }
 
@@ -143,40 +117,26 @@ func (f *Feed) floorFrom(resource string) string {
   FROM ` + f.n.meta + ` m LEFT JOIN ` + f.n.resources + ` r ON r.name = ` + quoteLit(resource) + `) AS floor) f`
 }
 
-// changesWhere returns the condition selecting the change log rows of sc
-// with $1 < pos <= $2, adding its parameters to args.
+// changesWhere returns the condition selecting the change log rows (l)
+// of sc, adding its parameters to args.
 func changesWhere(sc feed.Scope, args []any) (string, []any) {
-	where, args, _ := changesWhereEach(sc, args, "")
-	return where, args
-}
-
-// changesWhereEach is changesWhere, except that with val set, the first
-// condition of several values compares its column with the SQL expression
-// val instead, and its values are returned (each) for the caller to bind
-// and take val from, one at a time.
-func changesWhereEach(sc feed.Scope, args []any, val string) (where string, _ []any, each []string) {
 	var b strings.Builder
-	b.WriteString("resource = " + quoteLit(sc.Schema.Name))
+	b.WriteString("l.resource = " + quoteLit(sc.Schema.Name))
 	conds, none := storable(sc.Conds)
 	if none {
 		b.WriteString(" AND false")
 	}
 	for _, c := range conds {
-		col := "scope[" + strconv.Itoa(c.Col+1) + "]"
-		switch {
-		case len(c.Values) == 1:
+		col := "l.scope[" + strconv.Itoa(c.Col+1) + "]"
+		if len(c.Values) == 1 {
 			args = append(args, c.Values[0])
 			b.WriteString(" AND " + col + " = $" + strconv.Itoa(len(args)))
-		case val != "" && each == nil && len(c.Values) > 1:
-			each = slices.Compact(slices.Sorted(slices.Values(c.Values)))
-			b.WriteString(" AND " + col + " = " + val)
-		default:
-			args = append(args, c.Values)
-			b.WriteString(" AND " + col + " = ANY($" + strconv.Itoa(len(args)) + ")")
+			continue
 		}
+		args = append(args, slices.Compact(slices.Sorted(slices.Values(c.Values))))
+		b.WriteString(" AND " + col + " = ANY($" + strconv.Itoa(len(args)) + ")")
 	}
-	b.WriteString(" AND pos > $1 AND pos <= $2")
-	return b.String(), args, each
+	return b.String(), args
 }
 
 // Snapshot returns up to q.Limit of the scope's current rows with keys after
@@ -215,19 +175,18 @@ func (f *Feed) Snapshot(ctx context.Context, q feed.SnapshotQuery) (feed.Snapsho
 // compared in the columns' types, so the table's indexes serve them.
 //
 // The page must be exactly the state at the position it reports, yet a
-// transaction may have committed without a position yet (it waits in the
-// outbox for the sequencer). The page is first read by one statement that
-// also checks whether its snapshot sees any outbox row: if none, every
-// transaction it sees has its positions at or below the head it read (a
-// step removes outbox rows in the transaction that gives them positions),
-// and the page is exact, read without any lock. Otherwise the page is read
+// transaction may have committed without a position yet (it waits for the
+// sequencer). The page is first read by one statement that also checks
+// whether its snapshot sees any change without a position: if none, every
+// transaction it sees has its positions at or below the head it read, and
+// the page is exact, read without any lock. Otherwise the page is read
 // again by a statement that is itself a sequencing step: holding the
 // sequencing lock (taken by the statement before, so its snapshot sees
-// every earlier step), it moves every outbox row its snapshot sees into the
-// change log and reports the head past them.
+// every earlier step), it ticks every change its snapshot sees without a
+// position and reports the head past them.
 func (f *Feed) snapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, typed bool) (feed.SnapshotPage, error) {
 	page, pending, err := f.snapshotPage(ctx, f.pool, p, q, typed, false)
-	if err == nil && pending > 0 {
+	if err == nil && pending > 0 && !f.opts.brokenCapture {
 		err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SELECT "+f.n.stepFn+"()"); err != nil {
 				return err
@@ -256,8 +215,9 @@ func (f *Feed) snapshot(ctx context.Context, p *plan, q feed.SnapshotQuery, type
 }
 
 // snapshotPage runs the snapshot statement (see snapshotSQL) on q and
-// returns the page and the statement's count: the outbox rows it saw (0 or
-// 1), or, with sequence, those it moved.
+// returns the page and the statement's count: whether it saw changes
+// without a position (0 or 1), or, with sequence, the transactions it
+// ticked.
 func (f *Feed) snapshotPage(ctx context.Context, q querier, p *plan, sq feed.SnapshotQuery, typed, sequence bool) (feed.SnapshotPage, int64, error) {
 	flat := !sequence
 	page, count, found, err := f.readSnapshot(ctx, q, p, sq, typed, sequence, flat)
@@ -375,10 +335,10 @@ const snapFixed = 3
 
 // snapshotSQL builds the snapshot statement of q and its arguments: the
 // head, the count, whether a row was found, then the row's plan.snapSel.
-// The second column counts the outbox rows its snapshot sees (0 or 1);
-// with sequence, the statement moves them all into the change log (a
-// sequencing step: run it holding the sequencing lock), counts those, and
-// reports the head past them.
+// The second column says whether its snapshot sees a change without a
+// position (0 or 1); with sequence, the statement ticks them all (a
+// sequencing step: run it holding the sequencing lock), counts their
+// transactions, and reports the head past them.
 //
 // The flat statement is a plain ordered read of the table with the head
 // and the count as once-evaluated subqueries in every row: about half the
@@ -398,13 +358,13 @@ func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence, flat 
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
 	if flat {
-		return `SELECT ` + f.n.headExpr + `, (SELECT count(*) FROM (SELECT 1 FROM ` + f.n.outbox + ` LIMIT 1) o), true, ` + strings.Join(p.snapSel, ", ") + `
+		return `SELECT ` + f.n.headExpr + `, ` + f.n.pendingExpr() + `, true, ` + strings.Join(p.snapSel, ", ") + `
 FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1`, args
 	}
-	head, count := "h.head", "(SELECT count(*) FROM (SELECT 1 FROM "+f.n.outbox+" LIMIT 1) o)"
+	head, count := "h.head", f.n.pendingExpr()
 	with := ""
 	if sequence {
-		head, count, with = "greatest(h.head, coalesce((SELECT max(i.pos) FROM i), 0))", "(SELECT count(*) FROM i)", "WITH "+f.n.moveAll+"\n"
+		head, count, with = "greatest(h.head, coalesce((SELECT max(o.first + o.n) - 1 FROM tk_o o), 0))", "(SELECT count(*) FROM tk_o)", "WITH "+f.n.tickCTEs()+"\n"
 	}
 	inner := make([]string, len(p.snapSel))
 	outer := make([]string, len(p.snapSel))

@@ -2,7 +2,6 @@ package pgfeed
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,7 +9,7 @@ import (
 	"github.com/tidesync/tide/core/feed"
 )
 
-// pruneBatch is the most changes one pruning transaction deletes, so
+// pruneBatch is the most positions one pruning transaction prunes, so
 // pruning a large backlog never holds one long transaction.
 const pruneBatch = 10_000
 
@@ -31,24 +30,9 @@ func (f *Feed) Floor(ctx context.Context) (feed.Position, error) {
 // and a fresh snapshot. Several nodes may prune at once: one does the work,
 // the others return the floor as it is.
 func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
-	var through int64
-	if f.opts.MaxChanges > 0 {
-		err := f.pool.QueryRow(ctx, "SELECT pos FROM "+f.n.changes+" ORDER BY pos DESC OFFSET $1 LIMIT 1", f.opts.MaxChanges).Scan(&through)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return 0, f.wrap("prune", err)
-		}
-	}
-	if f.opts.MaxAge > 0 {
-		// committed_at grows with pos: it is the time the sequencing step
-		// gave the change its position, and steps run one at a time (see
-		// the package documentation).
-		var old int64
-		err := f.pool.QueryRow(ctx, "SELECT coalesce(max(pos), 0) FROM "+f.n.changes+
-			" WHERE committed_at < clock_timestamp() - $1::interval", f.opts.MaxAge.String()).Scan(&old)
-		if err != nil {
-			return 0, f.wrap("prune", err)
-		}
-		through = max(through, old)
+	through, err := f.PruneTarget(ctx)
+	if err != nil {
+		return 0, err
 	}
 	if err := f.pruneKeys(ctx); err != nil {
 		return 0, err
@@ -56,11 +40,42 @@ func (f *Feed) Prune(ctx context.Context) (feed.Position, error) {
 	if err := f.pruneRevocations(ctx); err != nil {
 		return 0, err
 	}
-	return f.PruneThrough(ctx, feed.Position(through))
+	return f.PruneThrough(ctx, through)
+}
+
+// PruneTarget returns the position through which Prune would drop changes
+// now under Options.MaxAge and Options.MaxChanges (0: none), without
+// dropping anything: what an operator's dry run shows.
+func (f *Feed) PruneTarget(ctx context.Context) (feed.Position, error) {
+	var through int64
+	if f.opts.MaxChanges > 0 {
+		// Positions are given a block a transaction, without gaps but
+		// those of a rolled-back subtransaction or a server restart, so
+		// the newest MaxChanges changes are at most the positions that
+		// far below the head.
+		err := f.pool.QueryRow(ctx, "SELECT greatest(h.head - $1, 0) FROM (SELECT "+f.n.headExpr+" AS head) h", f.opts.MaxChanges).Scan(&through)
+		if err != nil {
+			return 0, f.wrap("prune", err)
+		}
+	}
+	if f.opts.MaxAge > 0 {
+		// Ticks are made one at a time, in position order: the changes
+		// older than MaxAge are those below the first tick made since.
+		var old int64
+		err := f.pool.QueryRow(ctx, `SELECT coalesce((SELECT t.pos - 1 FROM `+f.n.ticks+` t WHERE t.made_at >= pg_catalog.now() - $1::interval ORDER BY t.pos LIMIT 1), `+f.n.headExpr+`)`,
+			f.opts.MaxAge.String()).Scan(&old)
+		if err != nil {
+			return 0, f.wrap("prune", err)
+		}
+		through = max(through, old)
+	}
+	return feed.Position(through), nil
 }
 
 // PruneThrough drops every change at or below through and moves the floor
-// up to it (it never moves down), in batches of at most 10,000 changes per
+// up to it (it never moves down, and never above the newest committed
+// position: through is clamped to it, so no change committed later falls
+// below the floor), in batches of at most 10,000 positions per
 // transaction. The floor and the deletion commit together, and every read
 // checks the floor in the statement that reads the changes, so no reader
 // sees a gap. It returns the floor.
@@ -77,19 +92,31 @@ func (f *Feed) PruneThrough(ctx context.Context, through feed.Position) (feed.Po
 			if err := tx.QueryRow(ctx, "SELECT floor FROM "+n.meta+" FOR UPDATE").Scan(&floor); err != nil {
 				return err
 			}
+			bound, berr := floorBound(ctx, tx, n, floor)
+			if berr != nil {
+				return berr
+			}
+			through = min(through, feed.Position(bound))
 			if !locked || floor >= pos(through) {
 				done = true
 				return nil
 			}
-			// The end of this batch: the through-th position, or the
-			// pruneBatch-th change above the floor if that comes first.
-			var next int64
-			err := tx.QueryRow(ctx, "SELECT coalesce((SELECT pos FROM "+n.changes+" WHERE pos > $1 AND pos <= $2 ORDER BY pos OFFSET $3 LIMIT 1), $2)",
-				floor, pos(through), pruneBatch-1).Scan(&next)
-			if err != nil {
+			// The end of this batch: through, or pruneBatch positions
+			// above the floor if that comes first.
+			next := min(pos(through), floor+pruneBatch)
+			// The changes of every transaction whose positions all lie at
+			// or below next (one that straddles it goes with a later
+			// batch; the floor hides it meanwhile).
+			if _, err := tx.Exec(ctx, `DELETE FROM `+n.changes+` l WHERE l.xid = ANY (ARRAY(
+  SELECT x.xid FROM (
+    SELECT u.xid, lead(u.first, 1, t.next) OVER (PARTITION BY t.pos ORDER BY u.first) - 1 AS last
+    FROM `+n.ticks+` t CROSS JOIN LATERAL unnest(t.xids, t.firsts) u(xid, first)
+    WHERE t.pos >= `+n.containingTick("$1")+` AND t.pos <= $2) x
+  WHERE x.last <= $2))`, floor, next); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, "DELETE FROM "+n.changes+" WHERE pos > $1 AND pos <= $2", floor, next); err != nil {
+			// The last tick stays: the next step reads its snapshot.
+			if _, err := tx.Exec(ctx, "DELETE FROM "+n.ticks+" t WHERE t.next - 1 <= $1 AND t.pos < (SELECT max(l.pos) FROM "+n.ticks+" l)", next); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, "UPDATE "+n.meta+" SET floor = $1", next); err != nil {

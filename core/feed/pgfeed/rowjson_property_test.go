@@ -203,7 +203,7 @@ func TestSnapshotRowsMatchChanges(t *testing.T) {
 		latest[c.Key] = c
 	}
 	// The change log's rows are jsonb's text, compacted.
-	raw, err := pool.Query(ctx, "SELECT key, data::text FROM "+f.ChangesTable()+" ORDER BY pos")
+	raw, err := pool.Query(ctx, "SELECT key, data::text FROM "+f.LogSQL()+" ORDER BY pos")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,28 +13,28 @@ import (
 
 // The sequencer gives committed changes their positions.
 //
-// The capture appends row events to the outbox without any ordering (see
-// captureDDL). One session per database, the sequencer, holds the
+// The capture writes row events into the change log without any ordering
+// (see captureDDL). One session per database, the sequencer, holds the
 // session-level advisory lock (lockClassSequencer, key) on a dedicated
-// connection and runs the sequence function in a loop. It learns of new
-// changes from the WAL stream (see walwake.go), looking as soon as the WAL
-// shows a write to the outbox and at least every Options.SequencerInterval;
+// connection and runs sequencing steps in a loop. It learns of new changes
+// from the WAL stream (see walwake.go), looking as soon as the WAL shows a
+// write to the change log and at least every Options.SequencerInterval;
 // where the stream is not available, each call waits server-side, looking
-// at the outbox as often as every millisecond right after changes arrived
-// and less often the longer none did. As soon as it sees committed rows
-// it moves them, whole transactions ordered by their last outbox id, into
-// the change log with positions from the log's sequence, in one statement,
-// then notifies the tailers once. A step commits without waiting for its
-// WAL flush while its positions stay within a reservation committed
-// durably before (meta.reserved, extended by a step that passes it, which
-// does wait); after a server restart the first step moves the sequence
-// past the reservation, so no position a reader may have seen from a lost
-// step is given again (see sequenceFunction). Every Feed that tails is a candidate: a
-// standby retries the lock with jittered backoff and takes over when the
-// holder's session ends.
+// as often as every millisecond right after changes arrived and less often
+// the longer none did. As soon as it sees committed changes without a
+// position it ticks them (see ticks.go): whole transactions, ordered by
+// their last capture, get blocks of positions, in one statement, then it
+// notifies the tailers once. A step commits without waiting for its WAL
+// flush while its positions stay within a reservation committed durably
+// before (meta.reserved, extended by a step that passes it, which does
+// wait); after a server restart the first step moves the position
+// sequence past the reservation, so no position a reader may have seen
+// from a lost step is given again (see sequenceFunction). Every Feed that
+// tails is a candidate: a standby retries the lock with jittered backoff
+// and takes over when the holder's session ends.
 //
-// Head and Snapshot run the same step inline when the outbox holds
-// committed rows, so they cover every change committed before they were
+// Head and Snapshot run the same step inline when committed changes wait
+// for positions, so they cover every change committed before they were
 // called, whether or not a sequencer runs. Steps exclude one another with a
 // transaction-level advisory lock (lockClassCapture, key), so positions
 // become visible in order; docs/architecture.md argues why no reader can
@@ -47,29 +47,17 @@ const (
 	// sequencerWait bounds one call of the sequence function when nothing
 	// arrives, so the leader notices a lost connection and Close promptly.
 	sequencerWait = 250 * time.Millisecond
-	// outboxVacuumEvery is how often the sequencer vacuums the outbox while
-	// changes flow.
-	outboxVacuumEvery = time.Second
 	// sequencerStepGap is the pause after a step that moved changes. Steps
 	// do not wait for their WAL flush, so without it a busy database would
 	// run one step per commit; with it, a step carries about a
 	// millisecond's commits, and a quiet one loses nothing (its next change
 	// is further away than that).
 	sequencerStepGap = time.Millisecond
-	// outboxShrinkAbove is the outbox size past which the sequencer, once
-	// changes calm down, lets a vacuum give the outbox's empty tail back
-	// (see shrinkOutbox); outboxCalm is the most changes moved within an
-	// outboxVacuumEvery that count as calm.
-	outboxShrinkAbove = 1 << 20
-	outboxCalm        = 1000
-	// outboxShrinkMaxWait bounds the wait between two looks at an outbox
-	// that stays longer than outboxShrinkAbove.
-	outboxShrinkMaxWait = time.Minute
 )
 
 // StartSequencer makes this feed a candidate for the database's sequencer
 // role, on a goroutine that Close stops. Call it once Migrate has run, on
-// every node that serves or writes to synced tables: the outbox is then
+// every node that serves or writes to synced tables: changes are then
 // sequenced and kept short whether or not any client is connected.
 // tide.Open and replicator.Start call it; Tail starts it too. Calling it
 // again does nothing.
@@ -80,7 +68,7 @@ func (f *Feed) StartSequencer() {
 }
 
 func (f *Feed) startSequencerLocked() {
-	if f.closed || f.sequencerOn {
+	if f.closed || f.sequencerOn || f.opts.brokenCapture {
 		return
 	}
 	f.sequencerOn = true
@@ -146,7 +134,7 @@ func (f *Feed) sequencerConnect(ctx context.Context) (*pgx.Conn, error) {
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	cfg.RuntimeParams["application_name"] = "tide sequencer"
+	cfg.RuntimeParams["application_name"] = RoleAppName(RoleSequencer, f.opts.Node)
 	return f.connect(ctx, "sequencer", cfg, 5*time.Second)
 }
 
@@ -165,6 +153,9 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 		f.stepped.Store(nil)
 	}()
 	f.log.Info("pgfeed: sequencing", "schema", f.opts.Schema, "pid", conn.PgConn().PID())
+	if err := f.checkFloor(ctx, conn); err != nil {
+		return err
+	}
 
 	// A call is never abandoned half way: when ctx ends, the server is asked
 	// to cancel it and the call returns once the server has rolled it back,
@@ -212,52 +203,15 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	defer timer.Stop()
 	cause := lookPoll
 	var relook time.Duration // while relooking after a wake-up: the wait before this look
-	last := time.Now()       // when the last step moved changes
-	var unvacuumed int64     // changes moved out of the outbox since its last vacuum
-	lastVacuum := time.Now()
-	sizeDue := false // vacuumed since the outbox was last seen short enough
-	var shrinkAt time.Time
-	shrinkWait := time.Duration(0)
+	last := time.Now()       // when the last step gave positions
 	for {
-		if (unvacuumed > 0 || sizeDue) && time.Since(lastVacuum) >= outboxVacuumEvery {
-			moved := unvacuumed
-			if moved > 0 {
-				// The outbox is a queue: every row is deleted soon after it
-				// is written. Reclaiming the space often keeps it a few
-				// pages long, so the steps' scans of it stay cheap whatever
-				// autovacuum does. This vacuum leaves the file's length as
-				// it is: cutting it takes a lock the app's writes would wait
-				// for.
-				if _, err := conn.Exec(qctx, "VACUUM (TRUNCATE false, SKIP_LOCKED) "+f.n.outbox); err != nil {
-					return err
-				}
-				sizeDue = true
-			}
-			if sizeDue && moved < outboxCalm && !time.Now().Before(shrinkAt) {
-				// Looked at again, less and less often, until it is short:
-				// a vacuum may not get to cut it (a write holding the
-				// table each time it tries, or an open transaction's rows
-				// at its end).
-				long, err := f.shrinkOutbox(qctx, conn)
-				if err != nil {
-					return err
-				}
-				if sizeDue = long; long {
-					shrinkWait = min(max(2*shrinkWait, outboxVacuumEvery), outboxShrinkMaxWait)
-					shrinkAt = time.Now().Add(shrinkWait)
-				} else {
-					shrinkWait = 0
-				}
-			}
-			unvacuumed, lastVacuum = 0, time.Now()
-		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		var moved int64
 		streaming := w != nil && w.live.Load()
 		if streaming {
-			// A write to the outbox after this rings again.
+			// A write to the change log after this rings again.
 			select {
 			case <-w.wake:
 			default:
@@ -273,11 +227,11 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 			last = time.Now()
 			f.sequencerSteps.Add(1)
 			f.sequenced.Add(moved)
-			unvacuumed += moved
 			f.ring() // this node's tailers need not wait for the notification
 			if streaming && cause == lookPoll {
-				// Changes the stream did not ring for: the outbox may have
-				// a new file (VACUUM FULL); read where its writes go again.
+				// Changes the stream did not ring for: the change log may
+				// have a new file (VACUUM FULL); read where its writes go
+				// again.
 				if err := w.refresh(qctx, conn); err != nil {
 					return err
 				}
@@ -325,42 +279,6 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
-// shrinkOutbox reports whether the outbox's file is larger than
-// outboxShrinkAbove and, if so, starts a vacuum that may cut it, on a pool
-// connection, unless one still runs: a burst of
-// writes (a bulk UPDATE, say) leaves the outbox that long once sequenced,
-// and every step scans the whole file, empty pages too, so each step would
-// cost for ever what the burst's did. Cutting the file's empty end takes a
-// lock that the app's writes to synced tables wait for while it is held:
-// Postgres's vacuum only tries for it without waiting, and lets it go as
-// soon as a write waits. One such vacuum runs at a time; its end is not
-// waited for (conn is the sequencer's, which only reads the size).
-func (f *Feed) shrinkOutbox(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	var size int64
-	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_relation_size("+quoteLit(f.n.outbox)+")").Scan(&size); err != nil {
-		return false, err
-	}
-	if size <= outboxShrinkAbove {
-		return false, nil
-	}
-	if !f.shrinking.CompareAndSwap(false, true) {
-		return true, nil
-	}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		defer f.shrinking.Store(false)
-		if _, err := f.pool.Exec(f.ctx, "VACUUM (SKIP_LOCKED) "+f.n.outbox); err != nil {
-			if f.ctx.Err() == nil {
-				f.log.Warn("pgfeed: vacuum of the outbox failed", "schema", f.opts.Schema, "err", err)
-			}
-			return
-		}
-		f.outboxShrinks.Add(1)
-	}()
-	return true, nil
-}
-
 // stepRows runs one step that returns the changes it gave positions to (see
 // stepRowsFunction) and hands them to this node's tailers.
 func (f *Feed) stepRows(ctx context.Context, conn *pgx.Conn) (int64, error) {
@@ -385,10 +303,10 @@ type steppedChanges struct {
 	changes []feed.Change
 }
 
-// Why the sequencer looks at the outbox.
+// Why the sequencer looks for changes without positions.
 const (
 	lookPoll      = iota // its poll interval passed
-	lookWoken            // the WAL stream showed a write to the outbox
+	lookWoken            // the WAL stream showed a write to the change log
 	lookRelook           // the looks after a wake-up found nothing; again, after twice the wait
 	lookAfterStep        // a step moved changes; more may be waiting
 )
@@ -405,7 +323,7 @@ func (f *Feed) startWALWaker(ctx context.Context, conn *pgx.Conn) (*walWaker, er
 	if f.opts.PollOnly || f.walRefused.Load() {
 		return nil, nil
 	}
-	s, err := f.outboxScan(ctx, conn)
+	s, err := f.logScan(ctx, conn)
 	if err != nil {
 		return nil, err
 	}

@@ -175,7 +175,7 @@ func runLongTransaction(t *testing.T, failover bool) {
 	})
 
 	// Its changes come after every other commit's, contiguous.
-	rows, err := pool.Query(ctx, "SELECT pos, key FROM "+a.feed.ChangesTable()+" ORDER BY pos")
+	rows, err := pool.Query(ctx, "SELECT pos, key FROM "+a.feed.LogSQL()+" ORDER BY pos")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,12 +215,12 @@ func runLongTransaction(t *testing.T, failover bool) {
 }
 
 // TestConflictingWritesInCommitOrder: two transactions write the same row,
-// the one that began writing first (and took the lower outbox ids) commits
-// last, and both are sequenced by one step; the row's changes must be in
-// commit order, so a replay ends with the last committer's row. With SET
-// CONSTRAINTS ALL IMMEDIATE the capture runs at each statement's end, so
-// the later committer's first outbox id is lower than the earlier one's:
-// ordering transactions by their first id would get this wrong.
+// the one that began writing first (and took the lower capture numbers)
+// commits last, and both are sequenced by one step; the row's changes must
+// be in commit order, so a replay ends with the last committer's row. With
+// SET CONSTRAINTS ALL IMMEDIATE the capture runs at each statement's end,
+// so the later committer's first capture number is lower than the earlier
+// one's: ordering transactions by their first would get this wrong.
 func TestConflictingWritesInCommitOrder(t *testing.T) {
 	t.Parallel()
 	for _, immediate := range []bool{false, true} {
@@ -273,8 +273,9 @@ func TestConflictingWritesInCommitOrder(t *testing.T) {
 // TestRestartContinuesAboveReservation: steps commit without waiting for
 // their WAL flush, so a server crash can lose the last steps after readers
 // saw their positions, and roll the sequence back with them. The test makes
-// that state by hand (the last step's rows back in the outbox and gone from
-// the log, the sequence rewound, the server's start time changed) and
+// that state by hand (the last two steps' ticks gone, their changes
+// without positions again, the sequence rewound, the server's start time
+// changed) and
 // checks that the next step gives them positions above every position
 // handed out before, for whichever caller runs it (Head's step, the
 // sequencer's, and Snapshot's).
@@ -304,6 +305,7 @@ func TestRestartContinuesAboveReservation(t *testing.T) {
 			}
 			for i := range 5 {
 				insertItem(t, pool, fmt.Sprint("k", i), "t1", i)
+				head(t, f) // a step each
 			}
 			seen := head(t, f) // readers may have seen every position up to here
 			schema := f.Schema()
@@ -314,17 +316,16 @@ func TestRestartContinuesAboveReservation(t *testing.T) {
 			if reserved < int64(seen) {
 				t.Fatalf("reservation %d below the head %d", reserved, seen)
 			}
-			// The crash: the last two changes' step is lost (rows back in
-			// the outbox, gone from the log), the sequence is rewound, and
-			// the server started anew; in one transaction, so a running
-			// sequencer sees it whole.
+			// The crash: the last two changes' steps are lost (their ticks
+			// gone, the changes in the log without positions), the
+			// sequence is rewound, and the server started anew; in one
+			// transaction, so a running sequencer sees it whole.
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, stmt := range []string{
-				`WITH lost AS (DELETE FROM ` + schema + `.changes WHERE pos > ` + fmt.Sprint(seen-2) + ` RETURNING *)
-				 INSERT INTO ` + schema + `.outbox (resource, op, key, scope, data, origin) SELECT resource, op, key, scope, data, origin FROM lost ORDER BY pos`,
+				`DELETE FROM ` + schema + `.ticks WHERE pos > ` + fmt.Sprint(seen-2),
 				`SELECT setval('` + schema + `.pos_seq', 1)`,
 				`UPDATE ` + schema + `.meta SET boot = '2000-01-01'`,
 			} {
@@ -347,7 +348,7 @@ func TestRestartContinuesAboveReservation(t *testing.T) {
 				}
 			}
 			// Wait for the change written after the restart: the lost ones
-			// were committed to the outbox before it, so once it has a
+			// were committed before it, so once it has a
 			// position they have theirs (in its step, or in an earlier one
 			// where a running sequencer was woken by the crash's own
 			// commit). Counting changes would not do: a running
@@ -366,7 +367,8 @@ func TestRestartContinuesAboveReservation(t *testing.T) {
 			}
 			// Every change is back in the log, each above the reservation.
 			var n, low int64
-			if err := pool.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE pos > 3 AND pos <= $1) FROM "+schema+".changes", reserved).Scan(&n, &low); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE u.first + l.ord > 3 AND u.first + l.ord <= $1)
+FROM `+schema+`.ticks t CROSS JOIN LATERAL unnest(t.xids, t.firsts) u(xid, first) JOIN `+schema+`.changes l ON l.xid = u.xid`, reserved).Scan(&n, &low); err != nil {
 				t.Fatal(err)
 			}
 			if n != 6 || low != 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -42,7 +43,7 @@ func (b *logBuffer) String() string {
 // serveEngine serves e on loopback and returns its WebSocket URL.
 func serveEngine(t *testing.T, e *core.Engine) string {
 	t.Helper()
-	srv := httptest.NewServer(middleware.Handler(e))
+	srv := httptest.NewServer(middleware.Middleware(e)(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

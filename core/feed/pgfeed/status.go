@@ -53,9 +53,6 @@ type SequencerStatus struct {
 	// polls. WALWakeups counts the looks the stream started.
 	WALStream  bool  `json:"wal_stream"`
 	WALWakeups int64 `json:"wal_wakeups"`
-	// OutboxShrinks counts the vacuums that gave the outbox's empty pages
-	// back after a burst of writes had grown it.
-	OutboxShrinks int64 `json:"outbox_shrinks"`
 }
 
 // SequencerStatus returns the feed's sequencer role and counters. It reads
@@ -65,11 +62,10 @@ func (f *Feed) SequencerStatus() SequencerStatus {
 	candidate := f.sequencerOn && !f.closed
 	f.mu.Unlock()
 	st := SequencerStatus{
-		Terms:         f.sequencerTerms.Load(),
-		Steps:         f.sequencerSteps.Load(),
-		Sequenced:     f.sequenced.Load(),
-		WALWakeups:    f.walWakeups.Load(),
-		OutboxShrinks: f.outboxShrinks.Load(),
+		Terms:      f.sequencerTerms.Load(),
+		Steps:      f.sequencerSteps.Load(),
+		Sequenced:  f.sequenced.Load(),
+		WALWakeups: f.walWakeups.Load(),
 	}
 	if w := f.waker.Load(); w != nil {
 		st.WALStream = w.live.Load()

@@ -26,7 +26,7 @@ const streamPages = 100
 // and passes each page to fn: one plan and one scan of the table for the
 // whole snapshot instead of a statement per page, every page consistent at
 // the head the transaction's snapshot saw. As Snapshot, it reads the head
-// and whether that snapshot sees any outbox row first; if it does, the
+// and whether that snapshot sees a change without a position first; if it does, the
 // transaction ends and one page is read by Snapshot (which sequences what
 // is pending), the caller going on after it. It also ends after the page
 // that takes it past streamWindow.
@@ -59,7 +59,7 @@ func (f *Feed) SnapshotPages(ctx context.Context, q feed.SnapshotQuery, fn func(
 	return err
 }
 
-// errPending says a stream's snapshot sees outbox rows.
+// errPending says a stream's snapshot sees changes without a position.
 var errPending = errors.New("pgfeed: the snapshot sees changes without positions")
 
 // streamSnapshot is one transaction of SnapshotPages; sent reports whether
@@ -71,7 +71,7 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var head, pending int64
-	if err := tx.QueryRow(ctx, `SELECT `+f.n.headExpr+`, (SELECT count(*) FROM (SELECT 1 FROM `+f.n.outbox+` LIMIT 1) o)`).Scan(&head, &pending); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT `+f.n.headExpr+`, `+f.n.pendingExpr()).Scan(&head, &pending); err != nil {
 		return false, err
 	}
 	if pending > 0 {

@@ -37,7 +37,7 @@ var _ feed.WriteLister = (*Tx)(nil)
 
 // Written implements feed.WriteLister: the changes the transaction has
 // written so far to the tables this feed captures, through Apply or any
-// SQL, read from tide's outbox. The capture triggers are deferred to the
+// SQL, read from the change log. The capture triggers are deferred to the
 // commit, so it first has them fire (SET CONSTRAINTS ALL IMMEDIATE): every
 // deferred constraint of the transaction, the app's own included, is
 // checked at that point instead of at the commit, and one that fails
@@ -46,13 +46,10 @@ var _ feed.WriteLister = (*Tx)(nil)
 // between scopes are listed as the capture logs them: a delete in the old
 // scope and an upsert in the new.
 func (t *Tx) Written(ctx context.Context) ([]feed.Written, error) {
-	if t.f.opts.brokenCapture {
-		return nil, errors.New("pgfeed: the test capture writes no outbox; its writes cannot be listed")
-	}
 	if _, err := t.tx.Exec(ctx, "SET CONSTRAINTS ALL IMMEDIATE"); err != nil {
 		return nil, err
 	}
-	rows, err := t.tx.Query(ctx, "SELECT resource, op, scope FROM "+t.f.n.outbox+" WHERE xid = pg_catalog.pg_current_xact_id()")
+	rows, err := t.tx.Query(ctx, "SELECT resource, op, scope FROM "+t.f.n.changes+" WHERE xid = pg_catalog.pg_current_xact_id() ORDER BY ord")
 	if err != nil {
 		return nil, err
 	}

@@ -20,10 +20,10 @@ import (
 )
 
 // TestOpenSequencesWithoutClients: a node set up with tide.Open gives
-// synced commits their positions while no client is connected, so the
-// outbox empties after every round of writes instead of growing until the
-// first subscriber comes. No Head, snapshot or subscription runs in the
-// test: each of those would sequence the outbox itself.
+// synced commits their positions while no client is connected, so every
+// round of writes is sequenced instead of waiting for the first subscriber.
+// No Head, snapshot or subscription runs in the test: each of those would
+// sequence the changes itself.
 func TestOpenSequencesWithoutClients(t *testing.T) {
 	t.Parallel()
 	pool, name := testenv.PostgresSchema(t)
@@ -47,8 +47,7 @@ func TestOpenSequencesWithoutClients(t *testing.T) {
 }
 
 // TestStartSequencerWithoutTail: at the feed level, StartSequencer alone
-// (no Tail, no Head) keeps the outbox drained while synced rows are
-// written.
+// (no Tail, no Head) gives positions to synced rows as they are written.
 func TestStartSequencerWithoutTail(t *testing.T) {
 	t.Parallel()
 	f, pool := newFeed(t, pgfeed.Options{}, todoSchema)
@@ -61,8 +60,9 @@ func TestStartSequencerWithoutTail(t *testing.T) {
 // writeRoundsUnattended writes rounds of single-row transactions into
 // table (a synced table with columns id, project_id and title) from
 // several writers, and after
-// each round waits, on the sequencer's notifications, until the outbox is
-// empty and the change log holds every row written so far. It fails if
+// each round waits, on the sequencer's notifications, until no change
+// waits for a position and the change log holds every row written so far
+// with one. It fails if
 // that takes longer than the test's context allows.
 func writeRoundsUnattended(ctx context.Context, t *testing.T, pool *pgxpool.Pool, f *pgfeed.Feed, table string) {
 	t.Helper()
@@ -99,9 +99,9 @@ func writeRoundsUnattended(ctx context.Context, t *testing.T, pool *pgxpool.Pool
 			}
 		}
 		written += writers * perWriter
-		outbox, logged := waitDrained(ctx, t, listener.Conn(), f, written)
-		if outbox != 0 || logged != written {
-			t.Fatalf("round %d: %d rows written and no client connected: %d still in the outbox, %d in the change log", r, written, outbox, logged)
+		pending, logged := waitDrained(ctx, t, listener.Conn(), f, written)
+		if pending != 0 || logged != written {
+			t.Fatalf("round %d: %d rows written and no client connected: changes still without a position (%d), %d with one", r, written, pending, logged)
 		}
 	}
 }
@@ -119,19 +119,19 @@ var todoSchema = &feed.Schema{
 	Scope: []int{1},
 }
 
-// waitDrained waits until the outbox is empty and the change log holds
+// waitDrained waits until every committed change has a position and the change log holds
 // want changes, looking again after each of the sequencer's notifications
 // (and after a quiet second, should one be missed), until ctx ends. It
 // returns the last counts it read.
-func waitDrained(ctx context.Context, t *testing.T, conn *pgx.Conn, f *pgfeed.Feed, want int64) (outbox, logged int64) {
+func waitDrained(ctx context.Context, t *testing.T, conn *pgx.Conn, f *pgfeed.Feed, want int64) (pending, logged int64) {
 	t.Helper()
 	for ctx.Err() == nil {
-		err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+f.OutboxTable()+"), (SELECT count(*) FROM "+f.ChangesTable()+")").Scan(&outbox, &logged)
+		err := conn.QueryRow(ctx, "SELECT ("+f.PendingSQL()+"), (SELECT count(*) FROM "+f.LogSQL()+")").Scan(&pending, &logged)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if outbox == 0 && logged >= want {
-			return outbox, logged
+		if pending == 0 && logged >= want {
+			return pending, logged
 		}
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err = conn.WaitForNotification(wctx)
@@ -140,5 +140,5 @@ func waitDrained(ctx context.Context, t *testing.T, conn *pgx.Conn, f *pgfeed.Fe
 			t.Fatal(err)
 		}
 	}
-	return outbox, logged
+	return pending, logged
 }

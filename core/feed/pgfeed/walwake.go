@@ -19,14 +19,14 @@ import (
 
 // The sequencer's wake-up: the WAL stream.
 //
-// A synced commit writes its changes into the outbox, and the sequencer
+// A synced commit writes its changes into the change log, and the sequencer
 // must notice them soon, yet nothing in the writer's transaction may ring
 // it (a NOTIFY serializes commits). Polling alone makes the delay the poll
 // interval. So, while a feed holds the sequencer role, it also reads the
 // database's WAL as a physical standby would, from the current end on,
 // keeping none of it: Postgres sends WAL to a standby as soon as it is
 // flushed, which for a commit is before the commit returns to the writer,
-// and every write to the outbox names the outbox's file in its WAL record.
+// and every write to the change log names the log's file in its WAL record.
 // When the stream shows one, the sequencer looks at once. The stream is a
 // wake-up only: positions are still given by sequencing steps, which look
 // at committed rows, so a wake-up that comes early (the WAL of a commit
@@ -41,7 +41,7 @@ import (
 // Options.PollOnly.
 
 // walWaker streams the WAL for one sequencer term and rings wake on every
-// write to the outbox it sees.
+// write to the change log it sees.
 type walWaker struct {
 	f    *Feed
 	wake chan struct{} // capacity 1: a pending wake-up
@@ -59,9 +59,9 @@ func (w *walWaker) stop() {
 	w.f.waker.CompareAndSwap(w, nil)
 }
 
-// refresh reads the outbox's file locator again.
+// refresh reads the change log's file locator again.
 func (w *walWaker) refresh(ctx context.Context, conn *pgx.Conn) error {
-	s, err := w.f.outboxScan(ctx, conn)
+	s, err := w.f.logScan(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -259,14 +259,14 @@ func parseLSN(s string) (uint64, error) {
 	return h<<32 | l, nil
 }
 
-// outboxScan reads where the outbox's writes appear in the WAL: its file
+// logScan reads where the change log's writes appear in the WAL: its file
 // locator and the WAL's page size.
-func (f *Feed) outboxScan(ctx context.Context, conn *pgx.Conn) (*walScan, error) {
+func (f *Feed) logScan(ctx context.Context, conn *pgx.Conn) (*walScan, error) {
 	var block, tablespace, database, filenode uint32
 	err := conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('wal_block_size')::int,
   coalesce(nullif(c.reltablespace, 0), d.dattablespace)::oid::bigint, d.oid::bigint, pg_catalog.pg_relation_filenode(c.oid)::bigint
 FROM pg_catalog.pg_class c, pg_catalog.pg_database d
-WHERE c.oid = `+quoteLit(f.n.outbox)+`::regclass AND d.datname = pg_catalog.current_database()`).Scan(&block, &tablespace, &database, &filenode)
+WHERE c.oid = `+quoteLit(f.n.changes)+`::regclass AND d.datname = pg_catalog.current_database()`).Scan(&block, &tablespace, &database, &filenode)
 	if err != nil {
 		return nil, err
 	}

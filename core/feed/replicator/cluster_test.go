@@ -32,6 +32,7 @@ import (
 	"github.com/tidesync/tide/core/feed/replicator"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/internal/testenv"
+	"github.com/tidesync/tide/internal/synctest"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -193,7 +194,7 @@ func (c *cluster) addNode() *node {
 	if err := f.Migrate(ctx, e.Schemas()...); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(userHeader)))
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(userHeader))(http.NotFoundHandler()))
 	n.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"
 	rc := cc.rep
 	rc.Feed, rc.Pool, rc.Publisher, rc.Logger = f, pool, pub, quiet
@@ -440,7 +441,7 @@ func subjectToken(s string) string {
 // logPositions returns the change log's positions above after.
 func (c *cluster) logPositions(ctx context.Context, after feed.Position) []feed.Position {
 	c.t.Helper()
-	rs, err := c.admin.Query(ctx, "SELECT pos FROM "+pgx.Identifier{c.schema, "changes"}.Sanitize()+" WHERE pos > $1 ORDER BY pos", int64(after))
+	rs, err := c.admin.Query(ctx, "SELECT pos FROM "+pgx.Identifier{c.schema, "log"}.Sanitize()+" WHERE pos > $1 ORDER BY pos", int64(after))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -455,14 +456,14 @@ func (c *cluster) logPositions(ctx context.Context, after feed.Position) []feed.
 	return out
 }
 
-// subscriber is a Go client on one node with one scope, kept in a Mirror
+// subscriber is a Go client on one node with one scope, kept in a synctest.Rows
 // and checked: per batch, the cursor never goes back, and a batch with
 // entries is strictly after the last applied one (nothing applied twice).
 type subscriber struct {
 	name  string
 	match func(item) bool
 	scope client.Scope
-	m     *client.Mirror //lint:ignore SA1019 Mirror is covered until it is removed
+	m     *synctest.Rows
 	c     *client.Client
 
 	mu         sync.Mutex
@@ -517,7 +518,7 @@ func (c *cluster) subscribe(ctx context.Context, n *node, name string, scope cli
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	s := &subscriber{name: name, match: match, scope: scope, m: client.NewMirror(), c: cl}
+	s := &subscriber{name: name, match: match, scope: scope, m: synctest.NewRows(), c: cl}
 	if _, err := cl.Subscribe(scope, s); err != nil {
 		c.t.Fatal(err)
 	}

@@ -54,8 +54,7 @@ func Example() {
 	rep.Start()
 	defer rep.Close()
 
-	mux := http.NewServeMux()
+	mux := http.NewServeMux() // the app's routes
 	mux.Handle("/readyz", rep.Handler())
-	mux.Handle("/", middleware.Handler(engine))
-	log.Fatal(http.ListenAndServe(":8080", mux))
+	log.Fatal(http.ListenAndServe(":8080", middleware.Middleware(engine)(mux)))
 }

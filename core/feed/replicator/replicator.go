@@ -234,6 +234,27 @@ func New(cfg Config) (*Replicator, error) {
 // pg_try_advisory_lock(LockClass, key).
 func (r *Replicator) LockKey() (int32, int32) { return LockClass, r.key }
 
+// Node returns the name this node goes by: its feed's (pgfeed.Options.Node).
+func (r *Replicator) Node() string { return r.cfg.Feed.Node() }
+
+// Roles implements feed.RoleReporter: this node's part in the replicator
+// election, and the node holding the role, read from the database.
+func (r *Replicator) Roles(ctx context.Context) ([]feed.Role, error) {
+	role := feed.Role{Name: pgfeed.RoleReplicator, State: r.Status().Role.String()}
+	h, err := pgfeed.LockHolder(ctx, r.cfg.Pool, LockClass, r.key)
+	if err != nil {
+		return nil, fmt.Errorf("replicator: reading the role's holder: %w", err)
+	}
+	if h != nil {
+		role.HolderPID = h.PID
+		role.Holder = h.Application
+		if node, ok := pgfeed.ParseRoleAppName(pgfeed.RoleReplicator, h.Application); ok {
+			role.Holder = node
+		}
+	}
+	return []feed.Role{role}, nil
+}
+
 // Start runs the replicator on a goroutine until Close. It also makes the
 // node's feed a candidate for the sequencer role (pgfeed.Feed.StartSequencer;
 // the feed's Close stops it), so every node can take that role over, not
@@ -412,7 +433,7 @@ func (r *Replicator) connect(ctx context.Context) (*pgx.Conn, error) {
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	cfg.RuntimeParams["application_name"] = "tide replicator"
+	cfg.RuntimeParams["application_name"] = pgfeed.RoleAppName(pgfeed.RoleReplicator, r.cfg.Feed.Node())
 	return pgconnect.Retry(ctx, r.log, "replicator", func(ctx context.Context) (*pgx.Conn, error) {
 		cctx, cancel := context.WithTimeout(ctx, max(5*time.Second, r.cfg.CheckInterval))
 		defer cancel()

@@ -142,7 +142,7 @@ func newServer(t *testing.T) *server {
 	}))
 	must(core.RegisterChannel(e, core.Channel[json.RawMessage]{Pattern: "board:{id}", Subscribe: allow, Presence: true}))
 	must(f.Migrate(ctx, e.Schemas()...))
-	ts := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(principal)))
+	ts := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(principal))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		select {
 		case <-s.gate:

@@ -167,7 +167,7 @@ func newEngine(t testing.TB, env Env) (*core.Engine, string, tables) {
 	if env.Prepare != nil {
 		env.Prepare(t, e)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(principalOf)))
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(principalOf))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

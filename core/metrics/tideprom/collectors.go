@@ -63,6 +63,8 @@ func Feed(f *pgfeed.Feed, opts Options) prometheus.Collector {
 	return &statusCollector[S]{
 		read: func() S { return S{seq: f.SequencerStatus(), stats: f.Stats()} },
 		metrics: []statusMetric[S]{
+			info(opts, "node_info", "1, with tide_node the name this node goes by (pgfeed.Options.Node): the name tide status and the status page give a role's holder.",
+				"tide_node", func(S) string { return f.Node() }),
 			stateSet(opts, "sequencer_role", "1 for this node's sequencer role (off: not a candidate; standby; leader), 0 for the others.",
 				sequencerRoles, func(s S) string { return s.seq.Role.String() }),
 			gauge(opts, "sequencer_leader", "1 while this node holds the sequencer role and gives committed changes their positions, else 0.",
@@ -73,7 +75,6 @@ func Feed(f *pgfeed.Feed, opts Options) prometheus.Collector {
 			gauge(opts, "sequencer_wal_stream", "1 while this node's sequencer learns of new changes from the WAL stream, 0 while it polls or is not the leader.",
 				func(s S) float64 { return b2f(s.seq.WALStream) }),
 			counter(opts, "sequencer_wal_wakeups_total", "Looks at new changes that the WAL stream started.", func(s S) int64 { return s.seq.WALWakeups }),
-			counter(opts, "sequencer_outbox_shrinks_total", "Vacuums that gave the outbox's empty pages back after a burst of writes had grown it.", func(s S) int64 { return s.seq.OutboxShrinks }),
 			counter(opts, "feed_listener_connects_total", "LISTEN connections the feed established (1 + reconnects).", func(s S) int64 { return s.stats.ListenerConnects }),
 			counter(opts, "feed_notifications_total", "Change notifications the feed's listener received.", func(s S) int64 { return s.stats.Notifications }),
 			counter(opts, "feed_polls_total", "Tail reads started by the poll timer rather than a notification.", func(s S) int64 { return s.stats.Polls }),
@@ -125,14 +126,21 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// statusMetric is one metric of a statusCollector: a value, or, when
-// states is set, a state set (one series per state, 1 for the current one).
+// statusMetric is one metric of a statusCollector: a value; or, when
+// states is set, a state set (one series per state, 1 for the current
+// one); or, when label is set, an info metric (1, with label's value).
 type statusMetric[S any] struct {
 	desc   *prometheus.Desc
 	kind   prometheus.ValueType
 	value  func(S) float64
 	states []string
 	state  func(S) string
+	label  func(S) string
+}
+
+// info returns a gauge of value 1 whose label name carries a value.
+func info[S any](opts Options, name, help, label string, value func(S) string) statusMetric[S] {
+	return statusMetric[S]{desc: desc(opts, name, help, label), kind: prometheus.GaugeValue, label: value}
 }
 
 // stateSet returns a gauge with a "role" label over the bounded set states.
@@ -155,6 +163,10 @@ func (c *statusCollector[S]) Describe(ch chan<- *prometheus.Desc) {
 func (c *statusCollector[S]) Collect(ch chan<- prometheus.Metric) {
 	s := c.read()
 	for _, m := range c.metrics {
+		if m.label != nil {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, 1, m.label(s))
+			continue
+		}
 		if m.states == nil {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(s))
 			continue

@@ -46,7 +46,9 @@ func TestRoleMetricsFailover(t *testing.T) {
 			}
 			t.Cleanup(p.Close)
 		}
-		f, err := pgfeed.New(p, opts)
+		nopts := opts
+		nopts.Node = "node-" + name
+		f, err := pgfeed.New(p, nopts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,6 +138,22 @@ func TestRoleMetricsFailover(t *testing.T) {
 			if got, want := m[series("tide_replicator_role", n.name, role)], b2f(role == wantRep); got != want {
 				t.Errorf("node %s: tide_replicator_role{role=%q} = %v, want %v", n.name, role, got, want)
 			}
+		}
+	}
+	// Every node names itself, and each role's holder, alike: the metrics'
+	// node_info, and the roles the feed and the replicator read from the
+	// database (what the status page and tide status show).
+	for _, n := range nodes {
+		if got := m[fmt.Sprintf(`tide_node_info{node=%q,tide_node="node-%s"}`, n.name, n.name)]; got != 1 {
+			t.Errorf("node %s: tide_node_info = %v, want 1", n.name, got)
+		}
+		roles, err := n.feed.Roles(ctx)
+		if err != nil || len(roles) != 1 || roles[0].Name != "sequencer" || roles[0].Holder != "node-"+seq.name {
+			t.Errorf("node %s: feed roles %+v, %v; want the sequencer held by node-%s", n.name, roles, err, seq.name)
+		}
+		roles, err = n.rep.Roles(ctx)
+		if err != nil || len(roles) != 1 || roles[0].Name != "replicator" || roles[0].Holder != "node-"+rep.name {
+			t.Errorf("node %s: replicator roles %+v, %v; want the replicator held by node-%s", n.name, roles, err, rep.name)
 		}
 	}
 	if got := sum(m, "tide_sequencer_terms_total"); got != 1 {

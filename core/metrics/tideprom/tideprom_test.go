@@ -111,7 +111,7 @@ func TestMetricsMove(t *testing.T) {
 	reg.MustRegister(m)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/tide/", middleware.Handler(e, middleware.WithPrincipal(principal)))
+	mux.Handle("/tide/", middleware.Middleware(e, middleware.WithPrincipal(principal))(http.NotFoundHandler()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

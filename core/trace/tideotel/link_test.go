@@ -51,7 +51,7 @@ func TestMutationLinkedToDelivery(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e))
+	srv := httptest.NewServer(middleware.Middleware(e)(http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	c := tidetest.Dial(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/tide/ws")
 	c.Hello(protocol.ClientFrame{Origin: "ws-device"})
@@ -67,7 +67,7 @@ func TestMutationLinkedToDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("traceparent", caller)
-	req.Header.Set(middleware.OriginHeader, "http-device")
+	req.Header.Set(middleware.ClientOriginHeader, "http-device")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -39,9 +39,9 @@ func TestSubscribeSpanTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(middleware.Handler(e, middleware.WithPrincipal(func(*http.Request) (authz.Principal, error) {
+	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(func(*http.Request) (authz.Principal, error) {
 		return authz.Principal{ID: "alice", Claims: map[string]any{"projects": []string{"p7"}}}, nil
-	})))
+	}))(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

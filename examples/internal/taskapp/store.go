@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tidesync/tide"
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
-	"github.com/tidesync/tide/core/feed/pgfeed"
 )
 
 // The Store's errors, which Status maps to HTTP statuses.
@@ -52,20 +52,20 @@ type Store struct {
 	// Engine is what the tide line mounts, and what logout revokes on.
 	Engine *core.Engine
 	tasks  *core.Table[Task]
-	close  func() // releases the Postgres feed and pool, if any
+	close  func() // closes tide, and the Postgres pool if any
 }
 
-// openStore starts the engine: on Postgres if databaseURL is set (creating the
-// tasks table if it is missing, installing tide's schema and capture, and
-// seeding an empty table), else in memory with seed tasks. st.close
+// openStore starts tide with tide.Open: on Postgres if databaseURL is set
+// (creating the tasks table if it is missing; Open installs tide's schema
+// and capture), else in memory; an empty table is seeded. st.close
 // releases it; serve shuts the engine down before.
 func openStore(ctx context.Context, databaseURL string, log *slog.Logger) (*Store, error) {
-	cfg := core.Config{Logger: log}
 	st := &Store{close: func() {}}
 	seed := true
+	var pool *pgxpool.Pool // nil: tide.Open runs in memory
 	if databaseURL != "" {
-		pool, err := pgxpool.New(ctx, databaseURL)
-		if err != nil {
+		var err error
+		if pool, err = pgxpool.New(ctx, databaseURL); err != nil {
 			return nil, fmt.Errorf("DATABASE_URL: %w", err)
 		}
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -89,33 +89,30 @@ func openStore(ctx context.Context, databaseURL string, log *slog.Logger) (*Stor
 			pool.Close()
 			return nil, fmt.Errorf("create the tasks table: %w", err)
 		}
-		pf, err := pgfeed.New(pool, pgfeed.Options{Logger: log})
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		cfg.Feed = pf
-		st.close = func() { _ = pf.Close(); pool.Close() }
 		log.Info("using Postgres", "database", pool.Config().ConnConfig.Database)
 	}
-	engine, err := core.New(cfg)
-	if err == nil {
-		st.Engine = engine
-		st.tasks, err = core.Register(engine, core.Resource[Task]{Table: "tasks", Authorize: Policy})
+	// Safe on every boot, and from several processes at once: run two of
+	// the examples on one database and they sync with each other.
+	td, err := tide.Open(ctx, pool, tide.Config{Engine: core.Config{Logger: log}}, func(e *core.Engine) (err error) {
+		if st.tasks, err = core.Register(e, core.Resource[Task]{Table: "tasks", Authorize: Policy}); err != nil {
+			return err
+		}
+		return st.addMutators()
+	})
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, err
 	}
-	if err == nil {
-		err = st.addMutators()
-	}
-	if pf, ok := cfg.Feed.(*pgfeed.Feed); ok && err == nil {
-		// Safe on every boot, and from several processes at once: run two
-		// of the examples on one database and they sync with each other.
-		if err = pf.Migrate(ctx, engine.Schemas()...); err == nil {
-			// Sequence and prune whether or not a client is connected.
-			pf.StartSequencer()
-			pf.StartPruner()
+	st.Engine = td.Engine
+	st.close = func() {
+		_ = td.Close(context.Background())
+		if pool != nil {
+			pool.Close()
 		}
 	}
-	if seed && err == nil {
+	if seed {
 		now := time.Now().UTC() // fixed ids: examples starting together seed once
 		err = st.tasks.Upsert(ctx,
 			Task{ID: "seed-1", ProjectID: "apollo", Title: "Open this page in a second browser, log in as bob", UpdatedAt: now},

@@ -7,28 +7,19 @@ import (
 	"sync"
 )
 
-// Mirror is a Handler that keeps an in-memory copy of one scope: its rows
-// by primary key. It is safe for concurrent use: the client applies batches
-// while other goroutines read. The zero value is an empty Mirror.
-//
-// A Mirror starts empty, so it only works with a CursorStore that starts
-// empty too: Subscribe refuses a Mirror with any Store but a MemoryStore
-// (ErrMirrorPersisted), since resuming from a persisted cursor delivers
-// only what changed since, which an empty Mirror cannot complete.
-//
-// Deprecated: use Client.Sync, which keeps the rows in the client's store
-// (persisted with their cursor when the store is a FileStore), shows
-// optimistic mutations, and notifies through Subscription.Changed.
-type Mirror struct {
+// testRows is a Handler that keeps an in-memory copy of one scope: its
+// rows by primary key, for tests that watch batches as they are applied.
+// It is safe for concurrent use. The zero value is empty.
+type testRows struct {
 	mu      sync.Mutex
 	rows    map[string]json.RawMessage
 	changed chan struct{} // closed and replaced after every apply
 }
 
-// NewMirror returns an empty Mirror.
-func NewMirror() *Mirror { return &Mirror{} }
+// newTestRows returns an empty testRows.
+func newTestRows() *testRows { return &testRows{} }
 
-func (m *Mirror) initLocked() {
+func (m *testRows) initLocked() {
 	if m.rows == nil {
 		m.rows = map[string]json.RawMessage{}
 	}
@@ -39,7 +30,7 @@ func (m *Mirror) initLocked() {
 
 // Apply implements Handler: a reset clears the copy, an upsert stores the
 // row under its key, a delete removes the key.
-func (m *Mirror) Apply(_ context.Context, b Batch) error {
+func (m *testRows) Apply(_ context.Context, b Batch) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.initLocked()
@@ -60,14 +51,14 @@ func (m *Mirror) Apply(_ context.Context, b Batch) error {
 }
 
 // Rows returns a copy of the rows by key.
-func (m *Mirror) Rows() map[string]json.RawMessage {
+func (m *testRows) Rows() map[string]json.RawMessage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return maps.Clone(m.rows)
 }
 
 // Len returns the number of rows.
-func (m *Mirror) Len() int {
+func (m *testRows) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.rows)
@@ -75,9 +66,9 @@ func (m *Mirror) Len() int {
 
 // Wait blocks until ok holds for the rows: it checks them now and after
 // every apply, and returns nil once ok returns true, or ctx's error. ok runs
-// with the Mirror locked: it must not keep or modify rows, nor call the
-// Mirror's methods.
-func (m *Mirror) Wait(ctx context.Context, ok func(rows map[string]json.RawMessage) bool) error {
+// with the testRows locked: it must not keep or modify rows, nor call the
+// testRows's methods.
+func (m *testRows) Wait(ctx context.Context, ok func(rows map[string]json.RawMessage) bool) error {
 	for {
 		m.mu.Lock()
 		m.initLocked()
