@@ -248,7 +248,7 @@ func TestPruneBeyondHead(t *testing.T) {
 	write(t, pool, schema, 6)
 	ctx := context.Background()
 	var head int64
-	if err := pool.QueryRow(ctx, `SELECT max(pos) FROM `+schema+`.changes`).Scan(&head); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT max(pos) FROM `+schema+`.log`).Scan(&head); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs := tide(t, "prune", "--schema", schema, "--through", "999999")

@@ -290,7 +290,7 @@ func pruneFlags(fs *flag.FlagSet) func(*env) error {
 		target = max(target, before)
 		count := func(lo, hi feed.Position) (int64, error) {
 			var n int64
-			err := pool.QueryRow(e.ctx, "SELECT count(*) FROM "+e.quoted("changes")+" WHERE pos > $1 AND pos <= $2", int64(lo), int64(hi)).Scan(&n)
+			err := pool.QueryRow(e.ctx, "SELECT count(*) FROM "+e.quoted("log")+" WHERE pos > $1 AND pos <= $2", int64(lo), int64(hi)).Scan(&n)
 			return n, err
 		}
 		if *dryRun {

@@ -31,7 +31,7 @@ import (
 // exactly one reset each, and every copy converges to the table.
 func TestUpgrade(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{1, pgfeed.SchemaVersion() - 1} {
+	for _, version := range []int{1, 6, pgfeed.SchemaVersion() - 1} {
 		t.Run(fmt.Sprintf("from version %d", version), func(t *testing.T) {
 			t.Parallel()
 			testUpgradeFrom(t, version)
