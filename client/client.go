@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // Client is a tide client: it holds the app's subscriptions, keeps one
@@ -223,11 +224,11 @@ func (c *Client) Run(ctx context.Context) error {
 			streak = 0
 		}
 		ev.Attempt = attempt
-		ev.Delay = protocol.Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+		ev.Delay = backoff.Delay(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
 		attempt++
 		c.log.Info("tide client: connection ended; reconnecting", "err", res.err, "close", res.closeCode, "delay", ev.Delay)
 		c.emit(ev)
-		if !protocol.Sleep(ctx, ev.Delay) {
+		if !backoff.Sleep(ctx, ev.Delay) {
 			return ctx.Err()
 		}
 	}

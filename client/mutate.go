@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // Mutation is a write the client asks the server to make by running one of
@@ -533,7 +534,7 @@ func (s *session) onReject(ctx context.Context, f protocol.ServerFrame) {
 			return
 		}
 		s.wg.Add(1)
-		s.timers = append(s.timers, time.AfterFunc(protocol.Backoff(n, c.cfg.MinBackoff, c.cfg.MaxBackoff), func() {
+		s.timers = append(s.timers, time.AfterFunc(backoff.Delay(n, c.cfg.MinBackoff, c.cfg.MaxBackoff), func() {
 			defer s.wg.Done()
 			s.flushMutations()
 		}))

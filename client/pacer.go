@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // The client paces its own frames below the server's frame-rate limit: a
@@ -56,7 +56,7 @@ func (p *pacer) wait(ctx context.Context) error {
 		return nil
 	}
 	d := time.Duration((1 - p.tokens) / p.rate * float64(time.Second))
-	if !protocol.Sleep(ctx, d) {
+	if !backoff.Sleep(ctx, d) {
 		return ctx.Err()
 	}
 	p.tokens, p.last = 0, now.Add(d)

@@ -2,31 +2,21 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
 	"log/slog"
-	"os"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/internal/testenv"
 	"github.com/tidesync/tide/middleware"
 )
 
 // The Postgres side of the end-to-end tests: the engine of newRealServer on
-// the Postgres feed, in a schema of the test's own (tide's own test
-// environment, core/internal/testenv, is internal to core).
+// the Postgres feed, in a schema of the test's own.
 
-const (
-	databaseURLEnv     = "TIDE_TEST_DATABASE_URL"
-	defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-)
-
-// pgServer is a realServer on Postgres, with a pool on the test's schema.
 type pgServer struct {
 	*realServer
 	pool *pgxpool.Pool
@@ -39,49 +29,9 @@ type pgServer struct {
 // CI (CI=true), where it fails.
 func newPGServer(t *testing.T, cfg core.Config, policy authz.Policy, opts ...middleware.Option) *pgServer {
 	t.Helper()
-	dsn := os.Getenv(databaseURLEnv)
-	if dsn == "" {
-		dsn = defaultDatabaseURL
-	}
-	pcfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatalf("%s: %v", databaseURLEnv, err)
-	}
+	pool, schema := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, 8) })
 	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
 	defer cancel()
-	admin, err := pgx.ConnectConfig(ctx, pcfg.ConnConfig.Copy())
-	if err != nil {
-		if ci := strings.ToLower(os.Getenv("CI")); ci == "true" || ci == "1" {
-			t.Fatalf("Postgres is not reachable (%s): %v", databaseURLEnv, err)
-		}
-		t.Skipf("Postgres is not reachable (set %s): %v", databaseURLEnv, err)
-	}
-	defer admin.Close(context.Background())
-	schema := "tidetest_client_" + strings.ToLower(rand.Text()[:12])
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
-		defer cancel()
-		c, err := pgx.ConnectConfig(ctx, pcfg.ConnConfig.Copy())
-		if err != nil {
-			t.Errorf("drop the test's schema: %v", err)
-			return
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; DROP SCHEMA IF EXISTS "+schema+"_tide CASCADE"); err != nil {
-			t.Errorf("drop the test's schema: %v", err)
-		}
-	})
-	pcfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "tide-client-test"
-	pcfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
 	if _, err := pool.Exec(ctx, `CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, title text NOT NULL, done boolean NOT NULL DEFAULT false);
 		CREATE TABLE runs (id text NOT NULL)`); err != nil {
 		t.Fatal(err)

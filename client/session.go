@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // Connection timing. A server that announces a heartbeat in welcome
@@ -634,7 +635,7 @@ func (s *session) retryLater(st *scopeState) {
 	if c.sess != s || !s.ready {
 		return // the next connection subscribes it
 	}
-	d := protocol.Backoff(st.retries, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	d := backoff.Delay(st.retries, c.cfg.MinBackoff, c.cfg.MaxBackoff)
 	st.retries++
 	s.wg.Add(1)
 	s.timers = append(s.timers, time.AfterFunc(d, func() {
@@ -696,10 +697,10 @@ func (s *session) refreshToken(f protocol.ServerFrame) {
 				c.emit(Event{Kind: EventTokenRefreshed})
 				return
 			}
-			d := protocol.Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+			d := backoff.Delay(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
 			c.log.Warn("tide client: token refresh failed; retrying", "err", err, "delay", d)
 			c.emit(Event{Kind: EventTokenError, Err: err, Attempt: attempt, Delay: d})
-			if !protocol.Sleep(s.ctx, d) {
+			if !backoff.Sleep(s.ctx, d) {
 				return
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
+	routes "github.com/tidesync/tide/internal/transport"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -427,7 +428,7 @@ func TestRowFilter(t *testing.T) {
 	}
 	// Polling goes through the same filter.
 	bob := authz.Principal{ID: "bob", Claims: map[string]any{"projects": []string{"p7"}}}
-	out, err := e.Poll(ctx, bob, core.PollRequest{V: 1, Resource: "todos", Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}})
+	out, err := routes.Of(e).Poll(ctx, bob, "", protocol.PollRequest{V: 1, Resource: "todos", Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +436,7 @@ func TestRowFilter(t *testing.T) {
 	if err := json.Unmarshal(out, &page); err != nil || keys(page.Entries) != "u:b" {
 		t.Fatalf("bob's poll %s (%v)", out, err)
 	}
-	out, err = e.Poll(ctx, alice("p7"), core.PollRequest{V: 1, Resource: "todos", Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}, Cursor: cursor})
+	out, err = routes.Of(e).Poll(ctx, alice("p7"), "", protocol.PollRequest{V: 1, Resource: "todos", Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}, Cursor: cursor})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
 )
 
 // Benchmarks of the fan-out's hot paths, below the socket (cmd/tideload
@@ -96,7 +97,7 @@ func BenchmarkLiveFrame(b *testing.B) {
 				entries[i] = encodeEntries(&c).upsert
 				size += len(entries[i])
 			}
-			id := protocol.AppendString(nil, "1")
+			id := jsontext.AppendString(nil, "1")
 			buf := make([]byte, 0, size+256)
 			b.ReportAllocs()
 			b.SetBytes(int64(size))

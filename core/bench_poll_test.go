@@ -10,6 +10,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	routes "github.com/tidesync/tide/internal/transport"
 )
 
 // BenchmarkPollSnapshot pages a row-filtered scope of 1,000 rows (a fifth
@@ -43,7 +44,7 @@ func BenchmarkPollSnapshot(b *testing.B) {
 			for b.Loop() {
 				cursor := ""
 				for {
-					out, err := e.Poll(context.Background(), p, core.PollRequest{V: 1, Resource: "todos", Conditions: conds, Cursor: cursor, Limit: limit})
+					out, err := routes.Of(e).Poll(context.Background(), p, "", protocol.PollRequest{V: 1, Resource: "todos", Conditions: conds, Cursor: cursor, Limit: limit})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -12,6 +12,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
+	routes "github.com/tidesync/tide/internal/transport"
 )
 
 // TestPrincipalConnectionBound: a principal's connection beyond
@@ -281,8 +282,8 @@ func TestChannelFramesCountAgainstFrameRate(t *testing.T) {
 	}
 }
 
-// TestMutateOverHTTPCountsAgainstPrincipal: a mutation run by
-// Engine.Mutate (POST <prefix>/mutate) counts against its principal's
+// TestMutateOverHTTPCountsAgainstPrincipal: a mutation run over POST
+// <prefix>/mutate counts against its principal's
 // bound of waiting mutations while it runs, as a queued mutate frame does.
 func TestMutateOverHTTPCountsAgainstPrincipal(t *testing.T) {
 	s := newServer(t, core.Config{MaxQueuedMutationsPerPrincipal: 1})
@@ -315,21 +316,21 @@ func TestMutateOverHTTPCountsAgainstPrincipal(t *testing.T) {
 	ctx := context.Background()
 	held := make(chan *protocol.Error)
 	go func() {
-		_, err := s.e.Mutate(ctx, alice, "o", frame("k1", "hold"))
+		_, err := routes.Of(s.e).Mutate(ctx, alice, "o", frame("k1", "hold"))
 		held <- err
 	}()
 	<-entered
-	if _, err := s.e.Mutate(ctx, alice, "o", frame("k2", "x")); err == nil || err.Code != protocol.CodeRateLimited {
+	if _, err := routes.Of(s.e).Mutate(ctx, alice, "o", frame("k2", "x")); err == nil || err.Code != protocol.CodeRateLimited {
 		t.Fatalf("alice's second mutation while one runs: %v, want rate_limited", err)
 	}
-	if _, err := s.e.Mutate(ctx, bob, "o", frame("k3", "x")); err != nil {
+	if _, err := routes.Of(s.e).Mutate(ctx, bob, "o", frame("k3", "x")); err != nil {
 		t.Fatalf("bob's mutation: %v", err)
 	}
 	close(release)
 	if err := <-held; err != nil {
 		t.Fatalf("the held mutation: %v", err)
 	}
-	if _, err := s.e.Mutate(ctx, alice, "o", frame("k2", "x")); err != nil {
+	if _, err := routes.Of(s.e).Mutate(ctx, alice, "o", frame("k2", "x")); err != nil {
 		t.Fatalf("alice's resend once the first ran: %v", err)
 	}
 }

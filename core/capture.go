@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
@@ -14,67 +13,8 @@ import (
 var errNotMigrated = &protocol.Error{Code: protocol.CodeNotMigrated,
 	Message: "the server's change feed is not installed; the server must run its migration"}
 
-// startState is the tailer's progress towards ready: the error of its last
-// attempt to read the feed's head, and a channel closed when it changes.
-type startState struct {
-	err     error
-	changed chan struct{}
-}
-
-// setStartErr records the outcome of the tailer's last attempt to start.
-func (e *Engine) setStartErr(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.startSt.changed == nil {
-		e.startSt.changed = make(chan struct{})
-	}
-	if (e.startSt.err == nil) == (err == nil) && errors.Is(e.startSt.err, feed.ErrNotInstalled) == errors.Is(err, feed.ErrNotInstalled) {
-		e.startSt.err = err
-		return
-	}
-	e.startSt.err = err
-	close(e.startSt.changed)
-	e.startSt.changed = make(chan struct{})
-}
-
-// startErr returns the tailer's last start error and a channel closed when
-// it changes.
-func (e *Engine) startErr() (<-chan struct{}, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.startSt.changed == nil {
-		e.startSt.changed = make(chan struct{})
-	}
-	return e.startSt.changed, e.startSt.err
-}
-
 // notMigratedHint is logged when the feed is not installed.
 const notMigratedHint = "the change feed is not installed: run its migration before serving (with Postgres: feed.Migrate(ctx, engine.Schemas()...) after registering every resource, or tide.Open, which does both); subscriptions are refused with not_migrated until then"
-
-// Ready reports whether the engine serves subscriptions: nil once its
-// tailer reads the feed, otherwise why not. The error wraps
-// feed.ErrNotInstalled while the feed's migration has not run (with
-// Postgres: Migrate), and is the feed's error while the feed cannot be read.
-// It starts the engine's background work if nothing did yet, so a readiness
-// probe may call it from the first request on.
-func (e *Engine) Ready() error {
-	if !e.start() {
-		return ErrDraining
-	}
-	select {
-	case <-e.ready:
-		return nil
-	default:
-	}
-	_, err := e.startErr()
-	switch {
-	case errors.Is(err, feed.ErrNotInstalled):
-		return fmt.Errorf("tide: not ready: the change feed is not installed (run its migration: with Postgres, Migrate or tide.Open): %w", err)
-	case err != nil:
-		return fmt.Errorf("tide: not ready: the change feed cannot be read: %w", err)
-	}
-	return errors.New("tide: not ready: starting")
-}
 
 // checkCapture refuses a subscription to a resource whose changes the feed
 // does not record, saying in the server's log what to call.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // Channel declares an app channel: a family of broadcast topics whose names
@@ -48,12 +50,6 @@ type Channel[T any] struct {
 	Presence bool
 }
 
-// Channel registration errors, wrapped with the pattern at fault.
-var (
-	ErrInvalidChannel   = errors.New("invalid channel")
-	ErrDuplicateChannel = errors.New("channel already registered")
-)
-
 // channel is the engine's untyped view of a registered channel.
 type channel struct {
 	name     string
@@ -72,11 +68,11 @@ type channel struct {
 func RegisterChannel[T any](e *Engine, ch Channel[T]) error {
 	c, err := parsePattern(ch.Pattern)
 	if err != nil {
-		return fmt.Errorf("tide: register channel %q: %w: %v", ch.Pattern, ErrInvalidChannel, err)
+		return fmt.Errorf("%w: register channel %q: %v", ErrInvalidChannel, ch.Pattern, err)
 	}
 	if ch.Name != "" {
-		if err := protocol.ValidIdent(ch.Name); err != nil {
-			return fmt.Errorf("tide: register channel %q: %w: name: %v", ch.Pattern, ErrInvalidChannel, err)
+		if err := text.ValidIdent(ch.Name); err != nil {
+			return fmt.Errorf("%w: register channel %q: name: %v", ErrInvalidChannel, ch.Pattern, err)
 		}
 		c.name = ch.Name
 	}
@@ -119,7 +115,7 @@ func parsePattern(p string) (*channel, error) {
 			if !ok || i == 0 {
 				return nil, fmt.Errorf("segment %q: the first segment is literal, a param is {name}", s)
 			}
-			if err := protocol.ValidIdent(name); err != nil {
+			if err := text.ValidIdent(name); err != nil {
 				return nil, fmt.Errorf("param %q: %v", name, err)
 			}
 			if seen[name] {
@@ -137,7 +133,7 @@ func parsePattern(p string) (*channel, error) {
 		}
 	}
 	c.name = c.segments[0]
-	if err := protocol.ValidIdent(c.name); err != nil {
+	if err := text.ValidIdent(c.name); err != nil {
 		return nil, fmt.Errorf("first segment %q: %v (or set Name)", c.name, err)
 	}
 	return c, nil
@@ -189,11 +185,11 @@ type topicRequest struct {
 // resolveTopic finds the channel of a topic name.
 func (e *Engine) resolveTopic(topic string, p authz.Principal) (topicRequest, *protocol.Error) {
 	if err := protocol.CheckText("topic", topic, protocol.MaxTopicLen); err != nil || topic == "" {
-		return topicRequest{}, protocol.Errorf(protocol.CodeUnknownTopic, "no channel has topic %q", protocol.Truncate(topic, 64))
+		return topicRequest{}, protocol.Errorf(protocol.CodeUnknownTopic, "no channel has topic %q", text.Truncate(topic, 64))
 	}
 	ch, params := e.chans.lookup(topic)
 	if ch == nil {
-		return topicRequest{}, protocol.Errorf(protocol.CodeUnknownTopic, "no channel has topic %q", protocol.Truncate(topic, 64))
+		return topicRequest{}, protocol.Errorf(protocol.CodeUnknownTopic, "no channel has topic %q", text.Truncate(topic, 64))
 	}
 	return topicRequest{ch: ch, req: authz.Request{Principal: p, Resource: ch.name, Conditions: params}}, nil
 }
@@ -236,7 +232,7 @@ func mismatch(err error) string {
 	if errors.As(err, &aw) {
 		return aw.Error()
 	}
-	if m, ok := protocol.DescribeJSONError(err, "the message"); ok {
+	if m, ok := jsontext.DescribeError(err, "the message"); ok {
 		return m
 	}
 	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {

@@ -9,6 +9,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // handleChannel handles a topic-subscribe, topic-unsubscribe, publish or
@@ -138,7 +139,7 @@ func (h *chanHub) unsubscribe(c *conn, topic string) *protocol.Error {
 	defer h.mu.Unlock()
 	ct := h.conns[c]
 	if ct == nil || ct.subs[topic] == nil {
-		return protocol.Errorf(protocol.CodeNotTopicMember, "topic %q is not subscribed", protocol.Truncate(topic, 64))
+		return protocol.Errorf(protocol.CodeNotTopicMember, "topic %q is not subscribed", text.Truncate(topic, 64))
 	}
 	if ct.subs[topic].member.ID != "" {
 		// A leave is sent to every member, as a join is: it counts.
@@ -237,7 +238,7 @@ func (c *conn) presenceUpdate(topic string, state json.RawMessage) *protocol.Err
 	defer h.mu.Unlock()
 	ct := h.conns[c]
 	if ct == nil || ct.subs[topic] == nil {
-		return protocol.Errorf(protocol.CodeNotTopicMember, "topic %q is not subscribed", protocol.Truncate(topic, 64))
+		return protocol.Errorf(protocol.CodeNotTopicMember, "topic %q is not subscribed", text.Truncate(topic, 64))
 	}
 	s := ct.subs[topic]
 	if !s.t.ch.presence {

@@ -151,7 +151,7 @@ func (h *chanHub) add(c *channel) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.shapes[c.shape()] {
-		return fmt.Errorf("tide: register channel %q: %w", c.pattern, ErrDuplicateChannel)
+		return fmt.Errorf("%w: register channel %q", ErrDuplicateChannel, c.pattern)
 	}
 	h.shapes[c.shape()] = true
 	h.channels = append(h.channels, c)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // parseConditions validates wire conditions against a resource's scope
@@ -26,7 +27,7 @@ func parseConditions(s *feed.Schema, conds map[string]json.RawMessage, maxConds,
 	for name, raw := range conds {
 		col := s.ScopeIndex(name)
 		if col < 0 {
-			return feed.Scope{}, protocol.Errorf(protocol.CodeInvalidConditions, "%q is not a scope column of %s", protocol.Truncate(name, 64), s.Name)
+			return feed.Scope{}, protocol.Errorf(protocol.CodeInvalidConditions, "%q is not a scope column of %s", text.Truncate(name, 64), s.Name)
 		}
 		kind := s.ScopeColumn(col).Kind
 		raw = bytes.TrimSpace(raw)

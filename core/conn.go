@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // conn is one WebSocket connection. Its reader goroutine owns the
@@ -83,11 +84,11 @@ func (c *conn) handle(data []byte) {
 		// A mutation is answered by ack or reject, whatever is wrong with it.
 		c.e.stats.mutationsRejected.Add(1)
 		c.e.cfg.Observer.Mutated("", "", ferr.Code, 0)
-		c.sendFrame(protocol.Reject(protocol.Truncate(f.Key, protocol.MaxKeyLen), presentReject(&protocol.Error{Code: ferr.Code, Message: cmp.Or(ferr.Detail, ferr.Message)})))
+		c.sendFrame(protocol.Reject(text.Truncate(f.Key, protocol.MaxKeyLen), presentReject(&protocol.Error{Code: ferr.Code, Message: cmp.Or(ferr.Detail, ferr.Message)})))
 		return
 	}
 	if ferr != nil && f.Topic != "" && c.helloDone && ferr.Code != protocol.CodeUnsupportedVersion {
-		c.sendFrame(protocol.TopicError(protocol.Truncate(f.Topic, protocol.MaxTopicLen), ferr)) // about a topic: say which
+		c.sendFrame(protocol.TopicError(text.Truncate(f.Topic, protocol.MaxTopicLen), ferr)) // about a topic: say which
 		return
 	}
 	if ferr != nil {

@@ -19,8 +19,8 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -62,7 +62,7 @@ func newCursorNodeOf(t *testing.T, cfg core.Config, policy authz.Policy) *cursor
 
 // poll posts one poll request as user (member of p7 and p8) and returns
 // the answer's frame.
-func (n *cursorNode) poll(t *testing.T, user string, req core.PollRequest) protocol.ServerFrame {
+func (n *cursorNode) poll(t *testing.T, user string, req protocol.PollRequest) protocol.ServerFrame {
 	t.Helper()
 	req.V = 1
 	body, err := json.Marshal(req)
@@ -97,7 +97,7 @@ func (n *cursorNode) pollSnapshot(t *testing.T, user, cursor string, limit, page
 		if i > 1000 {
 			t.Fatal("the snapshot did not end in 1000 polls")
 		}
-		f := n.poll(t, user, core.PollRequest{Resource: "todos", Conditions: rawConds("p7"), Cursor: cursor, Limit: limit})
+		f := n.poll(t, user, protocol.PollRequest{Resource: "todos", Conditions: rawConds("p7"), Cursor: cursor, Limit: limit})
 		if f.Type != protocol.FrameChanges {
 			t.Fatalf("poll %d of %s from %q: %+v", i, user, cursor, f)
 		}
@@ -251,7 +251,7 @@ func TestSnapshotCursorsAreBound(t *testing.T) {
 		{"a cursor of protocol 1", "alice", "p7", "1s." + parsed.Epoch + ".0." + base64.RawURLEncoding.EncodeToString([]byte("c-alices"))},
 	} {
 		t.Run(tc.name+"/poll", func(t *testing.T) {
-			f := n.poll(t, tc.user, core.PollRequest{Resource: "todos", Conditions: rawConds(tc.project), Cursor: tc.cursor, Limit: 1})
+			f := n.poll(t, tc.user, protocol.PollRequest{Resource: "todos", Conditions: rawConds(tc.project), Cursor: tc.cursor, Limit: 1})
 			if f.Type != protocol.FrameError || f.Code != protocol.CodeInvalidCursor {
 				t.Fatalf("got %+v, want invalid_cursor", f)
 			}
@@ -286,7 +286,7 @@ func TestSnapshotCursorsOfAProcessKey(t *testing.T) {
 	a, b := newCursorNode(t, keylessFeed{f, f}), newCursorNode(t, keylessFeed{f, f})
 	writeCursorRows(t, a.tbl)
 	_, cursors := a.pollSnapshot(t, "alice", "", 1, 2)
-	if f := b.poll(t, "alice", core.PollRequest{Resource: "todos", Conditions: rawConds("p7"), Cursor: cursors[1], Limit: 1}); f.Code != protocol.CodeInvalidCursor {
+	if f := b.poll(t, "alice", protocol.PollRequest{Resource: "todos", Conditions: rawConds("p7"), Cursor: cursors[1], Limit: 1}); f.Code != protocol.CodeInvalidCursor {
 		t.Fatalf("the other engine answered %+v, want invalid_cursor", f)
 	}
 	if keys, _ := b.pollSnapshot(t, "alice", "", 1, 0); !slices.Equal(keys, visibleKeys()) {
@@ -403,7 +403,7 @@ func TestForgedCursorsAreRefusedQuietly(t *testing.T) {
 		{"sealed bytes of invalid UTF-8", sealed(strings.Repeat("\xff", 40))},
 	} {
 		t.Run(tc.name+"/poll", func(t *testing.T) {
-			fr := n.poll(t, "alice", core.PollRequest{Resource: "todos", Conditions: rawConds("p7"), Cursor: tc.cursor, Limit: 1})
+			fr := n.poll(t, "alice", protocol.PollRequest{Resource: "todos", Conditions: rawConds("p7"), Cursor: tc.cursor, Limit: 1})
 			if fr.Type != protocol.FrameError || fr.Code != protocol.CodeInvalidCursor {
 				t.Fatalf("got %+v, want invalid_cursor", fr)
 			}

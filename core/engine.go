@@ -34,7 +34,7 @@ type Engine struct {
 	revs   *revSync         // revocations to and from the other nodes (revsync.go)
 	limits *catchUpLimiter  // concurrent catch-up reads (catchuplimit.go)
 	bounds *principalLimits // what each principal holds (principallimit.go)
-	follow *follower        // policy re-checks when what they read changes (recheck.go)
+	follow *follower        // policy re-checks when what they read changes (follower.go)
 	traces *mutationTraces  // spans of recent mutations, nil unless the tracer links (tracelink.go)
 	chans  *chanHub         // app channels: topics, presence (channel*.go)
 	ctx    context.Context  // cancelled by Shutdown
@@ -46,17 +46,14 @@ type Engine struct {
 	draining  bool
 
 	started bool          // guarded by mu
-	startSt startState    // guarded by mu: the tailer's last start attempt (capture.go)
+	startSt startState    // guarded by mu: the tailer's last start attempt (Ready)
 	ready   chan struct{} // closed once the tailer knows its start position
 	wg      sync.WaitGroup
 	stats   counters
 
 	retries retryLog                                        // which retried failures are logged (retrylog.go)
-	sleep   func(ctx context.Context, d time.Duration) bool // tests: replaces protocol.Sleep in retryWait
+	sleep   func(ctx context.Context, d time.Duration) bool // tests: replaces backoff.Sleep in retryWait
 }
-
-// ErrDraining is returned once Shutdown has begun.
-var ErrDraining = &protocol.Error{Code: protocol.CodeDraining, Message: "the server is shutting down"}
 
 // New returns an engine for cfg. It validates the configuration and starts no
 // goroutines.
@@ -115,7 +112,7 @@ func (e *Engine) addResource(r *resource) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := e.resources[r.schema.Name]; dup {
-		return fmt.Errorf("tide: register %s: %w", r.schema.Name, ErrDuplicateResource)
+		return fmt.Errorf("%w: register %s", ErrDuplicateResource, r.schema.Name)
 	}
 	edges, err := resolveDependencies(r, r.dependsOn, e.resources)
 	if err != nil {
@@ -267,4 +264,63 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		<-done
 		return ctx.Err()
 	}
+}
+
+// startState is the tailer's progress towards ready: the error of its last
+// attempt to read the feed's head, and a channel closed when it changes.
+type startState struct {
+	err     error
+	changed chan struct{}
+}
+
+// setStartErr records the outcome of the tailer's last attempt to start.
+func (e *Engine) setStartErr(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.startSt.changed == nil {
+		e.startSt.changed = make(chan struct{})
+	}
+	if (e.startSt.err == nil) == (err == nil) && errors.Is(e.startSt.err, feed.ErrNotInstalled) == errors.Is(err, feed.ErrNotInstalled) {
+		e.startSt.err = err
+		return
+	}
+	e.startSt.err = err
+	close(e.startSt.changed)
+	e.startSt.changed = make(chan struct{})
+}
+
+// startErr returns the tailer's last start error and a channel closed when
+// it changes.
+func (e *Engine) startErr() (<-chan struct{}, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.startSt.changed == nil {
+		e.startSt.changed = make(chan struct{})
+	}
+	return e.startSt.changed, e.startSt.err
+}
+
+// Ready reports whether the engine serves subscriptions: nil once its
+// tailer reads the feed, otherwise why not. The error wraps
+// feed.ErrNotInstalled while the feed's migration has not run (with
+// Postgres: Migrate), and is the feed's error while the feed cannot be read.
+// It starts the engine's background work if nothing did yet, so a readiness
+// probe may call it from the first request on.
+func (e *Engine) Ready() error {
+	if !e.start() {
+		return ErrDraining
+	}
+	select {
+	case <-e.ready:
+		return nil
+	default:
+	}
+	_, err := e.startErr()
+	switch {
+	case errors.Is(err, feed.ErrNotInstalled):
+		return fmt.Errorf("tide: not ready: the change feed is not installed (run its migration: with Postgres, Migrate or tide.Open): %w", err)
+	case err != nil:
+		return fmt.Errorf("tide: not ready: the change feed cannot be read: %w", err)
+	}
+	return errors.New("tide: not ready: starting")
 }

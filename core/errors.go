@@ -8,7 +8,48 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
 )
+
+// The engine's sentinel errors. Each message starts with "tide: "; the
+// engine wraps them with what is at fault (the resource, the channel
+// pattern, the mutator), so test for them with errors.Is.
+
+// Registration errors, from Register, Table.Mutator and RegisterChannel.
+var (
+	// ErrDuplicateResource: a resource of that name is registered already.
+	ErrDuplicateResource = errors.New("tide: resource already registered")
+	// ErrInvalidResource: a declaration is wrong (its table, name, tags,
+	// filter columns, dependencies or mutators); the wrapping error says
+	// which part. A *DependencyError wraps it too.
+	ErrInvalidResource = errors.New("tide: invalid resource")
+	// ErrInvalidChannel: a channel declaration is wrong.
+	ErrInvalidChannel = errors.New("tide: invalid channel")
+	// ErrDuplicateChannel: a channel of that pattern is registered already.
+	ErrDuplicateChannel = errors.New("tide: channel already registered")
+)
+
+// ErrNotWritable is returned by Table writes when the engine's feed does
+// not implement feed.Writer.
+var ErrNotWritable = errors.New("tide: the feed does not accept writes through tide")
+
+// Errors a mutator returns (wrapped, with its own message) to refuse a
+// mutation with a specific code. Any other error refuses it with
+// mutator_error. Nothing the mutator wrote is committed either way.
+var (
+	// ErrConflict: the data the mutator found forbids the write (the title
+	// is taken, the item was sold). Clients receive reject "conflict" and
+	// roll their optimistic write back.
+	ErrConflict = errors.New("tide: conflict")
+	// ErrInvalidArgs: the arguments are wrong in a way their type cannot
+	// say (an empty title). Clients receive reject "invalid_args".
+	ErrInvalidArgs = errors.New("tide: invalid arguments")
+)
+
+// ErrDraining is returned once Shutdown has begun. It is also the wire
+// error (draining) a client is sent, so its text is
+// "tide: draining: the server is shutting down".
+var ErrDraining = &protocol.Error{Code: protocol.CodeDraining, Message: "the server is shutting down"}
 
 // ErrorFor maps any error from the engine to the *protocol.Error a client is
 // sent: a *protocol.Error as is, authz denials to CodeUnauthenticated or
@@ -109,7 +150,7 @@ func argsMessage(err error) string {
 			return w
 		}
 	}
-	if m, ok := protocol.DescribeJSONError(err, "the arguments"); ok {
+	if m, ok := jsontext.DescribeError(err, "the arguments"); ok {
 		return m
 	}
 	return rejectMessage(protocol.CodeInvalidArgs)

@@ -15,7 +15,7 @@ func SetAdvanceWait(t interface{ Cleanup(func()) }, d time.Duration) {
 }
 
 // SetRetrySleep replaces the wait between the retries of the engine's
-// background loops (protocol.Sleep), so a test drives them without waiting.
+// background loops (backoff.Sleep), so a test drives them without waiting.
 // Call it before the engine starts.
 func SetRetrySleep(e *Engine, sleep func(ctx context.Context, d time.Duration) bool) { e.sleep = sleep }
 

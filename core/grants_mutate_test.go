@@ -22,9 +22,10 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
+	"github.com/tidesync/tide/internal/testenv"
+	routes "github.com/tidesync/tide/internal/transport"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -193,7 +194,7 @@ func (g *grantEnv) allRows(t *testing.T, projects []string) []string {
 		rows := map[string]string{}
 		cursor := ""
 		for i := 0; ; i++ {
-			raw, err := g.e.Poll(context.Background(), alice(projects...), core.PollRequest{V: 1, Resource: "todos",
+			raw, err := routes.Of(g.e).Poll(context.Background(), alice(projects...), "", protocol.PollRequest{V: 1, Resource: "todos",
 				Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"` + pr + `"`)}, Cursor: cursor, Limit: 100})
 			if err != nil {
 				t.Fatal(err)
@@ -402,7 +403,7 @@ func TestMutateGrantsProperty(t *testing.T) {
 				want = inside(to) && (!exists || old == to || inside(old))
 			}
 			args, _ := json.Marshal(addArgs{ID: id, ProjectID: to, Title: fmt.Sprintf("s%d", step)})
-			frame, rej := g.e.Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
+			frame, rej := routes.Of(g.e).Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
 				Key: fmt.Sprintf("r%d-%d", round, step), Seq: int64(step + 1), Resource: "todos", Name: name, Args: args, At: time.Now().UnixMilli()})
 			if got := rej == nil; got != want {
 				t.Fatalf("round %d step %d (seed %d): %s %s to %s (was %q) with grants %v: acknowledged %v, want %v: %s",
@@ -434,9 +435,10 @@ func TestMutateGrantsProperty(t *testing.T) {
 	}
 }
 
-// BenchmarkMutateGrants: a mutation on Postgres, run with Engine.Mutate,
-// for a principal without grants (no check) and one with grants (its
-// writes listed from the change log and checked).
+// BenchmarkMutateGrants: a mutation on Postgres, run through the POST
+// route's entry point (internal/transport), for a principal without
+// grants (no check) and one with grants (its writes listed from the change
+// log and checked).
 func BenchmarkMutateGrants(b *testing.B) {
 	for _, name := range []string{"no grants", "grants"} {
 		b.Run(name, func(b *testing.B) {
@@ -449,7 +451,7 @@ func BenchmarkMutateGrants(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				args, _ := json.Marshal(addArgs{ID: fmt.Sprintf("x%d", i%100), ProjectID: "p2", Title: "t"})
-				if _, rej := g.e.Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
+				if _, rej := routes.Of(g.e).Mutate(context.Background(), p, "dev", protocol.ClientFrame{V: 1, Type: protocol.FrameMutate,
 					Key: fmt.Sprintf("b%d", i), Seq: int64(i + 1), Resource: "todos", Name: "put", Args: args, At: time.Now().UnixMilli()}); rej != nil {
 					b.Fatal(rej)
 				}

@@ -17,8 +17,9 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
+	routes "github.com/tidesync/tide/internal/transport"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -242,7 +243,7 @@ func testHiddenKeys(t *testing.T, seed uint64, backend string, narrow bool) {
 		p := authz.Principal{ID: u, Claims: map[string]any{"projects": []string{"p7", "p8"}}}
 		cursor := ""
 		for range 1000 {
-			out, err := e.Poll(ctx, p, core.PollRequest{V: 1, Resource: "todos", Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}, Cursor: cursor, Limit: 1})
+			out, err := routes.Of(e).Poll(ctx, p, "", protocol.PollRequest{V: 1, Resource: "todos", Conditions: map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}, Cursor: cursor, Limit: 1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,19 +10,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
-)
-
-// Errors a mutator returns (wrapped, with its own message) to refuse a
-// mutation with a specific code. Any other error refuses it with
-// mutator_error. Nothing the mutator wrote is committed either way.
-var (
-	// ErrConflict: the data the mutator found forbids the write (the title
-	// is taken, the item was sold). Clients receive reject "conflict" and
-	// roll their optimistic write back.
-	ErrConflict = errors.New("tide: conflict")
-	// ErrInvalidArgs: the arguments are wrong in a way their type cannot
-	// say (an empty title). Clients receive reject "invalid_args".
-	ErrInvalidArgs = errors.New("tide: invalid arguments")
+	"github.com/tidesync/tide/internal/text"
 )
 
 // Mutator is a server-side write a client may ask for by name (a mutate
@@ -63,11 +51,11 @@ type mutator struct {
 // ErrInvalidResource for a bad name, a duplicate or a missing Run.
 // Mutators may be added while the engine serves.
 func AddMutator[T, A any](t *Table[T], name string, m Mutator[A]) error {
-	if err := protocol.ValidIdent(name); err != nil {
-		return fmt.Errorf("tide: mutator %s.%s: %w: %v", t.Name(), name, ErrInvalidResource, err)
+	if err := text.ValidIdent(name); err != nil {
+		return fmt.Errorf("%w: mutator %s.%s: %v", ErrInvalidResource, t.Name(), name, err)
 	}
 	if m.Run == nil {
-		return fmt.Errorf("tide: mutator %s.%s: %w: Run is required", t.Name(), name, ErrInvalidResource)
+		return fmt.Errorf("%w: mutator %s.%s: Run is required", ErrInvalidResource, t.Name(), name)
 	}
 	mu := &mutator{
 		decode: func(raw json.RawMessage) (any, error) {
@@ -89,7 +77,7 @@ func AddMutator[T, A any](t *Table[T], name string, m Mutator[A]) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := t.res.mutators[name]; dup {
-		return fmt.Errorf("tide: mutator %s.%s: %w: already declared", t.Name(), name, ErrInvalidResource)
+		return fmt.Errorf("%w: mutator %s.%s: already declared", ErrInvalidResource, t.Name(), name)
 	}
 	if t.res.mutators == nil {
 		t.res.mutators = map[string]*mutator{}
@@ -200,7 +188,7 @@ func (e *Engine) checkWriteGrants(ctx context.Context, p authz.Principal, ftx fe
 	for _, w := range written {
 		r := e.resource(w.Resource)
 		if r == nil || len(w.Scope) != len(r.schema.Scope) {
-			return outsideGrants{fmt.Errorf("%w: the mutation writes %s, which this server does not declare as it was written", authz.ErrScopeNotAllowed, protocol.Truncate(w.Resource, 64))}
+			return outsideGrants{fmt.Errorf("%w: the mutation writes %s, which this server does not declare as it was written", authz.ErrScopeNotAllowed, text.Truncate(w.Resource, 64))}
 		}
 		conds := make(map[string][]string, len(w.Scope))
 		for i, v := range w.Scope {
@@ -222,18 +210,18 @@ type failed struct{ err error }
 func (f failed) Error() string { return f.err.Error() }
 func (f failed) Unwrap() error { return f.err }
 
-// Mutate runs the mutation of a mutate frame for p, sent by the client
-// device origin, and returns the frame to answer with: an ack, or a reject
-// whose code is also returned as err. The key is recorded per principal and
-// origin; an anonymous p must therefore come with an origin, or the
-// mutation is refused (bad_frame) without running. It is what the WebSocket route runs
-// for every mutate frame and what POST <prefix>/mutate runs; f is
-// validated first (protocol.ClientFrame.Validate). While it runs it counts
-// against p's bounds of waiting mutations, as a queued mutate frame does
-// (Config.MaxQueuedMutationsPerPrincipal and
+// mutateRequest runs the mutation of a mutate frame for p, sent by the
+// client device origin, and returns the frame to answer with: an ack, or a
+// reject whose code is also returned as err. The key is recorded per
+// principal and origin; an anonymous p must therefore come with an origin,
+// or the mutation is refused (bad_frame) without running. POST
+// <prefix>/mutate runs it (through internal/transport); f is validated
+// first (protocol.ClientFrame.Validate). While it runs it counts against
+// p's bounds of waiting mutations, as a queued mutate frame of a WebSocket
+// does (Config.MaxQueuedMutationsPerPrincipal and
 // MaxQueuedMutationBytesPerPrincipal); over them it is rejected with
 // rate_limited.
-func (e *Engine) Mutate(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
+func (e *Engine) mutateRequest(ctx context.Context, p authz.Principal, origin string, f protocol.ClientFrame) ([]byte, *protocol.Error) {
 	size := mutationSize(&f)
 	if err := e.bounds.addMutation(p.ID, size); err != nil {
 		err = presentReject(err)
@@ -276,11 +264,11 @@ func (e *Engine) mutate(ctx context.Context, p authz.Principal, origin string, f
 	}
 	r := e.resource(f.Resource)
 	if r == nil {
-		return nil, 0, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(f.Resource, 64))
+		return nil, 0, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", text.Truncate(f.Resource, 64))
 	}
 	m := e.mutatorOf(r, f.Name)
 	if m == nil {
-		return nil, 0, protocol.Errorf(protocol.CodeUnknownMutator, "resource %s has no mutator %q", r.schema.Name, protocol.Truncate(f.Name, 64))
+		return nil, 0, protocol.Errorf(protocol.CodeUnknownMutator, "resource %s has no mutator %q", r.schema.Name, text.Truncate(f.Name, 64))
 	}
 	args, err := m.decode(f.Args)
 	if err != nil {
@@ -504,7 +492,7 @@ func (e *Engine) runMutation(ctx context.Context, p authz.Principal, origin stri
 		return protocol.Reject(f.Key, err), 0, err
 	}
 	began := time.Now()
-	ctx = e.ContinueTrace(ctx, f.TraceParent, "")
+	ctx = e.continueTrace(ctx, f.TraceParent, "")
 	ctx, span := e.startSpan(ctx, "tide.mutate", StrAttr("tide.resource", f.Resource), StrAttr("tide.mutator", f.Name))
 	mt := e.traceMutation(ctx, origin)
 	frame, pos, err := e.mutate(ctx, p, origin, f)

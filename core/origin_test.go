@@ -168,12 +168,12 @@ func TestOriginShownOnlyToItsDevice(t *testing.T) {
 		for i, d := range devices {
 			for _, q := range []struct {
 				how string
-				req core.PollRequest
+				req protocol.PollRequest
 				n   int
 			}{
-				{"polled todos", core.PollRequest{V: 1, Resource: "todos", Cursor: before[i].todos}, 1},
-				{"polled notes (row filter)", core.PollRequest{V: 1, Resource: "notes", Cursor: before[i].notes}, 1},
-				{"polled todos and notes", core.PollRequest{V: 1, Resources: both, Cursor: before[i].both}, 2},
+				{"polled todos", protocol.PollRequest{V: 1, Resource: "todos", Cursor: before[i].todos}, 1},
+				{"polled notes (row filter)", protocol.PollRequest{V: 1, Resource: "notes", Cursor: before[i].notes}, 1},
+				{"polled todos and notes", protocol.PollRequest{V: 1, Resources: both, Cursor: before[i].both}, 2},
 			} {
 				q.req.Conditions = map[string]json.RawMessage{"project_id": json.RawMessage(`"p7"`)}
 				f, raw := pollAs(t, ts.URL, d, q.req)
@@ -202,7 +202,7 @@ func TestOriginShownOnlyToItsDevice(t *testing.T) {
 }
 
 // pollAs posts req to POST /tide/changes as device d and returns the page.
-func pollAs(t *testing.T, base string, d originDevice, req core.PollRequest) (protocol.ServerFrame, []byte) {
+func pollAs(t *testing.T, base string, d originDevice, req protocol.PollRequest) (protocol.ServerFrame, []byte) {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	r, err := http.NewRequest(http.MethodPost, base+"/tide/changes", bytes.NewReader(body))

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/tidesync/tide/authz"
@@ -10,27 +9,16 @@ import (
 	"github.com/tidesync/tide/core/protocol"
 )
 
-// PollRequest asks for the next page of a scope, for clients that poll over
-// plain HTTP instead of holding a WebSocket. Its fields mean what they mean
-// in a subscribe frame.
-type PollRequest struct {
-	V          int                        `json:"v"`
-	Resource   string                     `json:"resource"`
-	Resources  []string                   `json:"resources,omitempty"`
-	Conditions map[string]json.RawMessage `json:"conditions,omitempty"`
-	Cursor     string                     `json:"cursor,omitempty"`
-	Limit      int                        `json:"limit,omitempty"`
-}
-
-// Poll authorizes req for p and returns one page as a frame: a changes frame
+// poll authorizes req for p and returns one page as a frame: a changes frame
 // with the entries after the cursor, the cursor to send next and "more"
 // (poll again at once), or a reset frame when the cursor is unusable (drop
 // the copy of the scope and poll again without a cursor). The pages are the
 // ones a WebSocket subscription gets. An entry carries its origin only when
-// the poller's own origin (ctx's, see WithOrigin: package middleware sets
-// it from the Tide-Origin header) wrote it, as on a socket whose hello
-// named that origin. Refusals are *protocol.Error values.
-func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) ([]byte, error) {
+// the poller's own origin (package middleware reads it from the Tide-Origin
+// header) wrote it, as on a socket whose hello named that origin. Refusals
+// are *protocol.Error values. POST <prefix>/changes runs it (through
+// internal/transport).
+func (e *Engine) poll(ctx context.Context, p authz.Principal, origin string, req protocol.PollRequest) ([]byte, error) {
 	if e.Draining() {
 		return nil, ErrDraining
 	}
@@ -60,7 +48,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 		return protocol.Reset("", sp.reset), nil
 	}
 	if sp.snapshot {
-		return e.pollSnapshot(ctx, p, r, sp)
+		return e.pollSnapshot(ctx, p, origin, r, sp)
 	}
 	hw, err := e.highWater(ctx, sp.pos)
 	reason := protocol.ResetCursorExpired
@@ -69,7 +57,7 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 	}
 	var pg page
 	if err == nil {
-		pg, err = e.replayPageOf(ctx, r.targets, p, OriginFrom(ctx), sp.pos, hw, r.limit)
+		pg, err = e.replayPageOf(ctx, r.targets, p, origin, sp.pos, hw, r.limit)
 	}
 	if errors.Is(err, feed.ErrCursorExpired) {
 		e.stats.resets.Add(1)
@@ -90,13 +78,13 @@ func (e *Engine) Poll(ctx context.Context, p authz.Principal, req PollRequest) (
 // protocol.MaxCursorLen goes on past it: such a cursor would be refused
 // when sent back, and the poller would start the snapshot over at the same
 // row for ever.
-func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, r request, sp startPoint) ([]byte, error) {
+func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, origin string, r request, sp startPoint) ([]byte, error) {
 	ts, i, after, hasAfter := r.targets, 0, sp.after, sp.resumed
 	if ts.multi() && hasAfter {
 		i, after, hasAfter, _ = parseMultiAfter(ts, after) // checked by openSnapshot
 	}
 	t := ts[i]
-	pg, err := e.snapshotPage(ctx, t.res, p, OriginFrom(ctx), t.scope, after, hasAfter, r.limit, ts.multi())
+	pg, err := e.snapshotPage(ctx, t.res, p, origin, t.scope, after, hasAfter, r.limit, ts.multi())
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +107,7 @@ func (e *Engine) pollSnapshot(ctx context.Context, p authz.Principal, r request,
 		if len(next) <= protocol.MaxCursorLen || pg.read < r.limit {
 			return encodePollPage(entries, next, true), nil
 		}
-		if pg, err = e.snapshotPage(ctx, t.res, p, OriginFrom(ctx), t.scope, pg.lastKey, true, r.limit, ts.multi()); err != nil {
+		if pg, err = e.snapshotPage(ctx, t.res, p, origin, t.scope, pg.lastKey, true, r.limit, ts.multi()); err != nil {
 			return nil, err
 		}
 		if len(entries) > 0 && pg.n > 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
 )
 
 // page is one page of entries read from the feed and encoded for a
@@ -112,7 +113,7 @@ func (pg *page) addChange(r *resource, p authz.Principal, origin string, c *feed
 // entry's closing brace becomes a "resource" field and the brace.
 func appendResource(b []byte, resource string) []byte {
 	b = append(b[:len(b)-1], `,"resource":`...)
-	b = protocol.AppendString(b, resource)
+	b = jsontext.AppendString(b, resource)
 	return append(b, '}')
 }
 

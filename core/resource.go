@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -13,16 +12,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
-)
-
-// Registration errors. Register wraps them with the resource and field at
-// fault; test for them with errors.Is.
-var (
-	ErrDuplicateResource = errors.New("resource already registered")
-	ErrInvalidResource   = errors.New("invalid resource")
-	// ErrNotWritable is returned by Table writes when the engine's feed does
-	// not implement feed.Writer.
-	ErrNotWritable = errors.New("the feed does not accept writes through tide")
+	"github.com/tidesync/tide/internal/text"
 )
 
 // Resource declares a synced table backed by the struct type T. T's fields
@@ -94,7 +84,7 @@ type resource struct {
 	mutators map[string]*mutator // guarded by Engine.mu
 
 	dependsOn []Dependency  // as declared; resolved by addResource
-	followGen atomic.Uint64 // moves when a change of a resource it depends on is noted (recheck.go)
+	followGen atomic.Uint64 // moves when a change of a resource it depends on is noted (follower.go)
 }
 
 // Table is a registered resource. Its write methods write through the
@@ -117,22 +107,22 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 		return nil, fmt.Errorf("tide: register %s: %w", r.Table, err)
 	}
 	if r.Table == "" {
-		return nil, fmt.Errorf("tide: register %s: %w: Table is required", reflect.TypeFor[T](), ErrInvalidResource)
+		return nil, fmt.Errorf("%w: register %s: Table is required", ErrInvalidResource, reflect.TypeFor[T]())
 	}
 	for _, part := range strings.Split(r.Table, ".") {
-		if err := protocol.ValidIdent(part); err != nil {
-			return nil, fmt.Errorf("tide: register %s: %w: table: %v", r.Table, ErrInvalidResource, err)
+		if err := text.ValidIdent(part); err != nil {
+			return nil, fmt.Errorf("%w: register %s: table: %v", ErrInvalidResource, r.Table, err)
 		}
 	}
 	if strings.Count(r.Table, ".") > 1 {
-		return nil, fmt.Errorf("tide: register %s: %w: table is schema.name at most", r.Table, ErrInvalidResource)
+		return nil, fmt.Errorf("%w: register %s: table is schema.name at most", ErrInvalidResource, r.Table)
 	}
 	name := r.Name
 	if name == "" {
 		name = r.Table[strings.LastIndexByte(r.Table, '.')+1:]
 	}
-	if err := protocol.ValidIdent(name); err != nil {
-		return nil, fmt.Errorf("tide: register %s: %w: name: %v", r.Table, ErrInvalidResource, err)
+	if err := text.ValidIdent(name); err != nil {
+		return nil, fmt.Errorf("%w: register %s: name: %v", ErrInvalidResource, r.Table, err)
 	}
 	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}
 	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize), dependsOn: slices.Clone(r.DependsOn)}
@@ -140,7 +130,7 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	case r.Filter != nil:
 		cols, err := filterColumns(schema, r.FilterColumns)
 		if err != nil {
-			return nil, fmt.Errorf("tide: register %s: %w: FilterColumns: %v", r.Table, ErrInvalidResource, err)
+			return nil, fmt.Errorf("%w: register %s: FilterColumns: %v", ErrInvalidResource, r.Table, err)
 		}
 		schema.PrevColumns = cols
 		fc := c
@@ -152,7 +142,7 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 			res.filter.prevCols = append(res.filter.prevCols, schema.Columns[i].Name)
 		}
 	case len(r.FilterColumns) > 0:
-		return nil, fmt.Errorf("tide: register %s: %w: FilterColumns without a Filter", r.Table, ErrInvalidResource)
+		return nil, fmt.Errorf("%w: register %s: FilterColumns without a Filter", ErrInvalidResource, r.Table)
 	}
 	if err := e.addResource(res); err != nil {
 		return nil, err

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // retryLogInterval is how often at most a background loop logs the same
@@ -86,11 +86,11 @@ func (e *Engine) logRetry(what string, err error, attempt int) {
 // retryWait waits the delay before retry attempt: jittered, growing
 // exponentially from 50 ms to 5 s. It reports false if ctx ended.
 func (e *Engine) retryWait(ctx context.Context, attempt int) bool {
-	d := protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)
+	d := backoff.Delay(attempt, 50*time.Millisecond, 5*time.Second)
 	if e.sleep != nil {
 		return e.sleep(ctx, d)
 	}
-	return protocol.Sleep(ctx, d)
+	return backoff.Sleep(ctx, d)
 }
 
 // backoff logs err (see logRetry) and waits before the retry (see

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // closeGrace is how long a closing connection waits for the peer's close
@@ -139,7 +140,7 @@ func (c *conn) rejectByKey(prefix []byte, err *protocol.Error) bool {
 	}
 	c.e.stats.mutationsRejected.Add(1)
 	c.e.cfg.Observer.Mutated("", "", err.Code, 0)
-	c.sendFrame(protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), err))
+	c.sendFrame(protocol.Reject(text.Truncate(key, protocol.MaxKeyLen), err))
 	return true
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
 )
 
 type subState uint8
@@ -53,7 +54,7 @@ type subscription struct {
 	// advance).
 	advanceTo feed.Position
 
-	followGen uint64 // scopes().followGen() when the policy ran (recheck.go)
+	followGen uint64 // scopes().followGen() when the policy ran (follower.go)
 
 	// Owned by the goroutine that runs catch-up (observer.go).
 	trace      context.Context // carries the span of the subscribe or resync
@@ -64,7 +65,7 @@ type subscription struct {
 func newSubscription(c *conn, id string, r *resource, sc feed.Scope, limit int) *subscription {
 	ctx, cancel := context.WithCancel(c.e.ctx)
 	return &subscription{
-		c: c, id: id, idJSON: protocol.AppendString(nil, id), res: r, scope: sc, targets: targets{{r, sc}}, limit: limit,
+		c: c, id: id, idJSON: jsontext.AppendString(nil, id), res: r, scope: sc, targets: targets{{r, sc}}, limit: limit,
 		ctx: ctx, cancel: cancel, state: subCatchingUp,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // target is one resource of a subscription and its scope. A subscription
@@ -32,7 +33,7 @@ type targets []target
 // subscription has several.
 func (ts targets) multi() bool { return len(ts) > 1 }
 
-// followGen sums the targets' resources' follow counters (recheck.go): it
+// followGen sums the targets' resources' follow counters (follower.go): it
 // moves when any of them does.
 func (ts targets) followGen() uint64 {
 	var n uint64
@@ -125,7 +126,7 @@ func (e *Engine) parseTargets(resource string, resources []string, conds map[str
 	for _, name := range resources {
 		r := e.resource(name)
 		if r == nil {
-			return nil, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", protocol.Truncate(name, 64))
+			return nil, protocol.Errorf(protocol.CodeUnknownResource, "no resource %q", text.Truncate(name, 64))
 		}
 		if len(conds) > protocol.MaxConditionsN {
 			return nil, protocol.Errorf(protocol.CodeTooManyConditions, "at most %d conditions", protocol.MaxConditionsN)

@@ -12,10 +12,10 @@ import (
 // SpanLinker is implemented by a Tracer whose spans can be named by their
 // W3C trace context (a traceparent header value) and linked to one another
 // (tideotel's Tracer implements it). With such a tracer the engine
-// continues a request's trace from its traceparent (ContinueTrace) and
-// links the "tide.tail.batch" span that delivers a mutation's changes to
-// the mutation's "tide.mutate" span. Its methods must be safe for
-// concurrent use.
+// continues a POST /mutate request's trace, or a mutate frame's, from its
+// traceparent and links the "tide.tail.batch" span that delivers a
+// mutation's changes to the mutation's "tide.mutate" span. Its methods
+// must be safe for concurrent use.
 type SpanLinker interface {
 	// TraceParent returns the traceparent of the span ctx carries, or ""
 	// when it carries none.
@@ -29,7 +29,7 @@ type SpanLinker interface {
 	StartLinked(ctx context.Context, name string, links []string, attrs ...Attr) (context.Context, Span)
 }
 
-// ContinueTrace returns ctx carrying the remote span named by traceparent
+// continueTrace returns ctx carrying the remote span named by traceparent
 // and tracestate (the W3C headers of a request), so that the engine's spans
 // for the request are its children. It returns ctx as it is when the
 // engine's Tracer is not a SpanLinker, when ctx already carries a span (the
@@ -37,7 +37,7 @@ type SpanLinker interface {
 // traceparent is empty or not valid. Package middleware calls it with the
 // headers of POST <prefix>/mutate; the engine calls it with a mutate
 // frame's traceparent field.
-func (e *Engine) ContinueTrace(ctx context.Context, traceparent, tracestate string) context.Context {
+func (e *Engine) continueTrace(ctx context.Context, traceparent, tracestate string) context.Context {
 	l, ok := e.cfg.Tracer.(SpanLinker)
 	if !ok || traceparent == "" || l.TraceParent(ctx) != "" {
 		return ctx

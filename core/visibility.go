@@ -13,6 +13,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // entryFor returns the entry a principal receives for a change on the
@@ -289,7 +290,7 @@ func describeScope(sc feed.Scope) string {
 		b.WriteString(sc.Schema.ScopeColumn(c.Col).Name)
 		if len(c.Values) == 1 {
 			b.WriteString(" = ")
-			b.WriteString(protocol.Truncate(c.Values[0], 64))
+			b.WriteString(text.Truncate(c.Values[0], 64))
 		} else {
 			b.WriteString(" in (")
 			for j, v := range c.Values {
@@ -300,7 +301,7 @@ func describeScope(sc feed.Scope) string {
 					b.WriteString("…")
 					break
 				}
-				b.WriteString(protocol.Truncate(v, 64))
+				b.WriteString(text.Truncate(v, 64))
 			}
 			b.WriteString(")")
 		}

@@ -12,6 +12,9 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
+	"github.com/tidesync/tide/internal/text"
+	"github.com/tidesync/tide/internal/transport"
 )
 
 // maxPollBody bounds a poll request body.
@@ -173,12 +176,12 @@ func (h *handler) servePoll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	var req core.PollRequest
+	var req protocol.PollRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, bodyError("poll request", err))
 		return
 	}
-	out, err := h.e.Poll(core.WithOrigin(r.Context(), origin), p, req)
+	out, err := transport.Of(h.e).Poll(r.Context(), p, origin, req)
 	if err != nil {
 		te := core.ErrorFor(err)
 		writeError(w, statusFor(te.Code), te)
@@ -204,8 +207,9 @@ func (h *handler) serveMutate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, bodyError("mutate frame", err))
 		return
 	}
-	ctx := h.e.ContinueTrace(r.Context(), r.Header.Get("traceparent"), r.Header.Get("tracestate"))
-	out, rej := h.e.Mutate(ctx, p, origin, f)
+	routes := transport.Of(h.e)
+	ctx := routes.ContinueTrace(r.Context(), r.Header.Get("traceparent"), r.Header.Get("tracestate"))
+	out, rej := routes.Mutate(ctx, p, origin, f)
 	status := http.StatusOK
 	if rej != nil {
 		status = statusFor(rej.Code)
@@ -225,7 +229,7 @@ func rejectTooBig(w http.ResponseWriter, prefix []byte) bool {
 	if !ok || key == "" || (typ != "" && typ != protocol.FrameMutate) {
 		return false
 	}
-	writeFrame(w, http.StatusRequestEntityTooLarge, protocol.Reject(protocol.Truncate(key, protocol.MaxKeyLen), &protocol.Error{
+	writeFrame(w, http.StatusRequestEntityTooLarge, protocol.Reject(text.Truncate(key, protocol.MaxKeyLen), &protocol.Error{
 		Code: protocol.CodeFrameTooLarge, Message: "the change is too large", Detail: bodyLimit}))
 	return true
 }
@@ -234,7 +238,7 @@ func rejectTooBig(w http.ResponseWriter, prefix []byte) bool {
 // message says what is wrong in JSON's terms, never Go's.
 func bodyError(what string, err error) *protocol.Error {
 	msg := "the body is not a JSON " + what
-	if m, ok := protocol.DescribeJSONError(err, "the body"); ok {
+	if m, ok := jsontext.DescribeError(err, "the body"); ok {
 		msg += ": " + m
 	}
 	return &protocol.Error{Code: protocol.CodeBadFrame, Message: msg, Detail: err.Error()}

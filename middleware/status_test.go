@@ -18,6 +18,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
+	"github.com/tidesync/tide/internal/testenv"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -145,10 +146,7 @@ func TestStatusPagePolicy(t *testing.T) {
 func TestStatusPageInChromium(t *testing.T) {
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
-		if ci := strings.ToLower(os.Getenv("CI")); ci == "true" || ci == "1" {
-			t.Fatal("chromium is not installed (apt-get install chromium)")
-		}
-		t.Skip("chromium is not installed")
+		testenv.Missing(t, "chromium is not installed", "apt-get install chromium")
 	}
 	ops := func(*http.Request) (authz.Principal, error) {
 		return authz.Principal{ID: "ops", Claims: map[string]any{"ops": true, "projects": []string{"p7"}}}, nil

@@ -3,22 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 type todo struct {
@@ -44,15 +41,8 @@ func tideEnv(t *testing.T, vars map[string]string, args ...string) (int, string,
 	return code, out.String(), errb.String()
 }
 
-// databaseURL is the test database: TIDE_TEST_DATABASE_URL, or the local
-// one (the same as core/internal/testenv, which this package may not
-// import).
-func databaseURL() string {
-	if u := os.Getenv("TIDE_TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+// databaseURL is the test database (testenv.DatabaseURL).
+func databaseURL() string { return testenv.DatabaseURL() }
 
 // setup makes a fresh schema of the test's own and returns a pool whose
 // search_path is it, and the name tide's own schema gets there. Both
@@ -60,44 +50,7 @@ func databaseURL() string {
 // except in CI (CI=true), where it fails.
 func setup(t *testing.T) (*pgxpool.Pool, string) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(databaseURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	admin, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
-	if err != nil {
-		if ci := strings.ToLower(os.Getenv("CI")); ci == "true" || ci == "1" {
-			t.Fatalf("Postgres is not reachable: %v", err)
-		}
-		t.Skipf("Postgres is not reachable (set TIDE_TEST_DATABASE_URL): %v", err)
-	}
-	defer admin.Close(context.Background())
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "tidecmd_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close(ctx)
-		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+"_tide CASCADE")
-		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
-	})
-	cfg.ConnConfig.RuntimeParams["search_path"] = name
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, name := testenv.PostgresSchema(t)
 	return pool, name + "_tide"
 }
 

@@ -39,6 +39,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 func main() {
@@ -63,11 +65,6 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: tidefault run [flags] (see tidefault run -h)")
 	os.Exit(2)
-}
-
-func inCI() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v == "true" || v == "1"
 }
 
 func envOr(name, def string) string {
@@ -130,7 +127,7 @@ func run(args []string) error {
 	needNATS := strings.Contains(*buses, "nats")
 	if !rc.pgWasUp || (needNATS && !rc.natsWasUp) {
 		msg := fmt.Sprintf("Postgres at %s up: %v, NATS at %s up: %v", rc.pgAddr, rc.pgWasUp, rc.natsAddr, rc.natsWasUp)
-		if inCI() {
+		if testenv.InCI() {
 			return fmt.Errorf("a service is missing (%s); CI=true, so this fails", msg)
 		}
 		fmt.Printf("tidefault: skipped: a service is missing (%s)\n", msg)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/tidesync/tide/internal/jsontext"
 )
 
 // App channel frame types: authorized broadcast topics with presence,
@@ -221,7 +223,7 @@ func appendMembers(b []byte, name string, ms []Member, always bool) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"id":`...)
-		b = AppendString(b, m.ID)
+		b = jsontext.AppendString(b, m.ID)
 		b = appendField(b, "principal", m.Principal)
 		if len(m.State) > 0 {
 			b = append(b, `,"state":`...)

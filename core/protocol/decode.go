@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/tidesync/tide/internal/jsontext"
+	"github.com/tidesync/tide/internal/text"
 )
 
 // DecodeClientFrame parses and checks one client frame. It never panics; a
@@ -18,7 +21,7 @@ func DecodeClientFrame(data []byte) (ClientFrame, *Error) {
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
 		e := &Error{Code: CodeBadFrame, Message: "invalid frame", Detail: "invalid frame: " + err.Error()}
-		if m, ok := DescribeJSONError(err, "the frame"); ok {
+		if m, ok := jsontext.DescribeError(err, "the frame"); ok {
 			e.Message = "invalid frame: " + m
 		}
 		var te *json.UnmarshalTypeError
@@ -112,7 +115,7 @@ func (f *ClientFrame) Validate() *Error {
 	case "":
 		return Errorf(CodeBadFrame, `missing frame "type"`)
 	default:
-		return Errorf(CodeUnknownType, "unknown frame type %q", Truncate(f.Type, 32))
+		return Errorf(CodeUnknownType, "unknown frame type %q", text.Truncate(f.Type, 32))
 	}
 	return nil
 }
@@ -134,13 +137,13 @@ func CheckResources(resource string, resources []string) *Error {
 		}
 		for _, o := range resources[:i] {
 			if o == r {
-				return Errorf(CodeBadFrame, "resources names %q twice", Truncate(r, 64))
+				return Errorf(CodeBadFrame, "resources names %q twice", text.Truncate(r, 64))
 			}
 		}
 		found = found || r == resource
 	}
 	if !found {
-		return Errorf(CodeBadFrame, "resource %q is not one of resources", Truncate(resource, 64))
+		return Errorf(CodeBadFrame, "resource %q is not one of resources", text.Truncate(resource, 64))
 	}
 	return nil
 }
@@ -167,15 +170,6 @@ func CheckText(field, v string, max int) *Error {
 		}
 	}
 	return nil
-}
-
-// Truncate shortens s to at most n bytes plus an ellipsis, for quoting
-// client input in error messages.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // ErrBadServerFrame reports a server frame a client cannot use.

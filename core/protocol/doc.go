@@ -1,8 +1,8 @@
 // Package protocol is tide's wire vocabulary, shared by the server and its
 // clients: frame types and their encoders and decoders, cursors, stable
-// error codes, close codes and reset reasons, the row codec that maps a Go
-// struct's `tide:"…"` tags to the JSON rows frames carry, and the reconnect
-// backoff clients use. docs/protocol.md specifies the protocol itself.
+// error codes, close codes and reset reasons, and the row codec that maps
+// a Go struct's `tide:"…"` tags to the JSON rows frames carry.
+// docs/protocol.md specifies the protocol itself.
 //
 // A Go client depends on this package and on nothing of the engine:
 //

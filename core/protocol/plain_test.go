@@ -3,6 +3,8 @@ package protocol
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/tidesync/tide/internal/jsontext"
 )
 
 // plainBytesNaive is plainBytes one byte at a time.
@@ -27,12 +29,12 @@ func checkPlain(t *testing.T, s []byte) {
 	if gp != wp || ga != wa {
 		t.Fatalf("plainBytes(%q) = %v, %v; the byte loop says %v, %v", s, gp, ga, wp, wa)
 	}
-	g, ga := EscapeIndex(s)
+	g, ga := jsontext.EscapeIndex(s)
 	if w := escapeIndexNaive(s); g != w {
-		t.Fatalf("EscapeIndex(%q) = %d; the byte loop says %d", s, g, w)
+		t.Fatalf("jsontext.EscapeIndex(%q) = %d; the byte loop says %d", s, g, w)
 	}
 	if _, wa := plainBytesNaive(s[:g]); ga != wa {
-		t.Fatalf("EscapeIndex(%q) says ASCII %v before %d; the byte loop says %v", s, ga, g, wa)
+		t.Fatalf("jsontext.EscapeIndex(%q) says ASCII %v before %d; the byte loop says %v", s, ga, g, wa)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tidesync/tide/internal/jsontext"
 )
 
 // Errors returned when a struct cannot describe a resource.
@@ -139,7 +141,7 @@ func (c *RowCodec) guessOrder() {
 	n := len(c.fields)
 	jsonb := make([]int, n)
 	for i := range c.fields {
-		c.fields[i].name = string(AppendString(nil, c.fields[i].col.Name)) + ":"
+		c.fields[i].name = string(jsontext.AppendString(nil, c.fields[i].col.Name)) + ":"
 		jsonb[i] = i
 	}
 	slices.SortFunc(jsonb, func(a, b int) int {
@@ -271,7 +273,7 @@ func (c *RowCodec) Encode(v reflect.Value) (key string, scope []string, row []by
 		if i > 0 {
 			row = append(row, ',')
 		}
-		row = AppendString(row, f.col.Name)
+		row = jsontext.AppendString(row, f.col.Name)
 		row = append(row, ':')
 		if row, err = appendValue(row, f, v.Field(f.field)); err != nil {
 			return "", nil, nil, fmt.Errorf("column %s: %w", f.col.Name, err)
@@ -289,7 +291,7 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 	}
 	switch f.col.Kind {
 	case KindString:
-		return AppendString(b, v.String()), nil
+		return jsontext.AppendString(b, v.String()), nil
 	case KindInt:
 		return strconv.AppendInt(b, v.Int(), 10), nil
 	case KindUint:

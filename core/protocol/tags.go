@@ -3,6 +3,8 @@ package protocol
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tidesync/tide/internal/text"
 )
 
 // tagSpec is a parsed `tide:"…"` struct tag.
@@ -12,9 +14,6 @@ type tagSpec struct {
 	Scope  bool
 	Skip   bool // tide:"-"
 }
-
-// maxColumnLen matches Postgres's identifier limit.
-const maxColumnLen = 63
 
 // parseTag parses a tide struct tag: a column name followed by options,
 // `tide:"project_id,scope"`. Options are "pk" and "scope"; "-" alone skips the
@@ -27,7 +26,7 @@ func parseTag(tag string) (tagSpec, error) {
 	}
 	parts := strings.Split(tag, ",")
 	spec := tagSpec{Column: parts[0]}
-	if err := ValidIdent(spec.Column); err != nil {
+	if err := text.ValidIdent(spec.Column); err != nil {
 		return tagSpec{}, err
 	}
 	for _, opt := range parts[1:] {
@@ -47,25 +46,4 @@ func parseTag(tag string) (tagSpec, error) {
 		}
 	}
 	return spec, nil
-}
-
-// ValidIdent checks a column, table or resource name: a plain lower-case
-// SQL identifier of letters, digits and underscores, not starting with a
-// digit, at most 63 bytes.
-func ValidIdent(s string) error {
-	if s == "" {
-		return fmt.Errorf("empty column name")
-	}
-	if len(s) > maxColumnLen {
-		return fmt.Errorf("column name %q is longer than %d bytes", Truncate(s, 16), maxColumnLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		letter := c >= 'a' && c <= 'z' || c == '_'
-		digit := c >= '0' && c <= '9'
-		if !letter && !(digit && i > 0) {
-			return fmt.Errorf("column name %q must be lower-case letters, digits and underscores, not starting with a digit", Truncate(s, 32))
-		}
-	}
-	return nil
 }

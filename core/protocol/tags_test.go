@@ -3,6 +3,8 @@ package protocol
 import (
 	"strings"
 	"testing"
+
+	"github.com/tidesync/tide/internal/text"
 )
 
 func TestParseTag(t *testing.T) {
@@ -64,7 +66,7 @@ func FuzzParseTag(f *testing.F) {
 			return
 		}
 		// An accepted column name is a safe identifier.
-		if ValidIdent(spec.Column) != nil {
+		if text.ValidIdent(spec.Column) != nil {
 			t.Fatalf("%q accepted with column %q", tag, spec.Column)
 		}
 		if !strings.HasPrefix(tag, spec.Column) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // The bounds of one round of BenchmarkSyncedVsPlain: it stops at whichever
@@ -42,6 +42,8 @@ const (
 // what bounds synced/plain commits. It runs once whatever b.N is: run it
 // with -benchtime 1x.
 func BenchmarkSyncedVsPlain(b *testing.B) {
+	// Not testenv.PoolSize: 64 writers on fewer connections would measure
+	// something else. Run it alone, with -run '^$'.
 	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 70 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -13,7 +13,7 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // prevUpdates is the number of single-row UPDATEs of one round of
@@ -34,7 +34,7 @@ const (
 // per update (the median round), with the sequencer running. Run it with
 // -benchtime 1x.
 func BenchmarkPreviousVersionCost(b *testing.B) {
-	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(b, 8) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	tables := []string{"plain_items", "nofilter_items", "cols_items", "whole_items"}

@@ -16,9 +16,9 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/internal/synctest"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // The figures of docs/performance.md. Each benchmark reports its figure as
@@ -30,7 +30,7 @@ import (
 // table, and from the change log) in the same run.
 func BenchmarkReplay100k(b *testing.B) {
 	const backlog = 100_000
-	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(b, 8) })
 	srv := newE2EServer(b, pool, name, pgfeed.Options{}, core.Config{})
 	ctx := context.Background()
 	from, err := srv.feed.Head(ctx)
@@ -222,7 +222,7 @@ func BenchmarkCommitToClient(b *testing.B) {
 
 func benchCommitToClient(b *testing.B, opts pgfeed.Options) {
 	const rate, duration = 100, 10 * time.Second
-	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	pool, name := testenv.PostgresConfig(b, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(b, 8) })
 	srv := newE2EServer(b, pool, name, opts, core.Config{})
 	ctx := context.Background()
 

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 var _ feed.Broadcaster = (*Feed)(nil)
@@ -53,7 +53,7 @@ func (f *Feed) WatchBroadcasts(ctx context.Context, fn func(feed.Broadcast)) err
 				}
 				f.log.Warn("pgfeed: broadcast listener connection lost; reconnecting", "schema", f.opts.Schema, "err", err, "attempt", attempt)
 			}
-			if !protocol.Sleep(wctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
+			if !backoff.Sleep(wctx, backoff.Delay(attempt, 50*time.Millisecond, 5*time.Second)) {
 				return
 			}
 			var err error
@@ -91,12 +91,12 @@ func (f *Feed) goWatch(ctx context.Context, watch func(ctx context.Context)) err
 
 // listenBroadcasts opens a connection listening to the broadcast channel.
 func (f *Feed) listenBroadcasts(ctx context.Context) (*pgx.Conn, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, f.pool.Config().ConnConfig.Copy())
+	conn, err := f.connect(ctx, "broadcast listener", f.pool.Config().ConnConfig.Copy(), 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	if _, err := conn.Exec(cctx, "LISTEN "+pgx.Identifier{f.n.broadcastChannel()}.Sanitize()); err != nil {
 		closeListener(conn)
 		return nil, err

@@ -5,7 +5,7 @@ import (
 
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // TestBroadcaster runs the broadcaster suite on a feed that was never

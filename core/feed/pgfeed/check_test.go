@@ -11,7 +11,7 @@ import (
 	"github.com/tidesync/tide"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // Declarations of one shape each, checked against tables of various column

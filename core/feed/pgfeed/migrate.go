@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // migration is one versioned step of tide's own schema. Steps are applied in
@@ -430,7 +430,7 @@ func (f *Feed) migrateBase(ctx context.Context, conn *pgxpool.Conn) error {
 			// and waited for another it had locked: the version rolled back
 			// whole; try again.
 			f.log.Info("pgfeed: migration waited for a lock; retrying", "schema", f.opts.Schema, "version", m.version, "err", err, "attempt", attempt)
-			protocol.Sleep(ctx, protocol.Backoff(attempt, 50*time.Millisecond, time.Second))
+			backoff.Sleep(ctx, backoff.Delay(attempt, 50*time.Millisecond, time.Second))
 		}
 		if err != nil {
 			return f.wrap("migrate: version "+strconv.Itoa(m.version), err)

@@ -13,9 +13,10 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/internal/multitest"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
+	"github.com/tidesync/tide/internal/testenv"
+	"github.com/tidesync/tide/internal/transport"
 )
 
 // TestMultiResourceTransactions: on Postgres, transactions writing a
@@ -73,7 +74,7 @@ func BenchmarkReplayMultiResource(b *testing.B) {
 	// Serving (so the sequencer runs while the backlog is written, as it
 	// does in production): a poll waits until the engine is.
 	for _, e := range []*core.Engine{mem, db} {
-		if _, err := e.Poll(ctx, multitest.Principal("p1"), core.PollRequest{V: 1, Resources: multitest.Resources, Conditions: conds}); err != nil {
+		if _, err := transport.Of(e).Poll(ctx, multitest.Principal("p1"), "", protocol.PollRequest{V: 1, Resources: multitest.Resources, Conditions: conds}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/memfeed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 	"github.com/tidesync/tide/middleware"
 )
 

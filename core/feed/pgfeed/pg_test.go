@@ -19,8 +19,8 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -591,7 +591,7 @@ func snapshotAll(t testing.TB, f *pgfeed.Feed, sc feed.Scope, limit int) []feed.
 
 func TestMigrateIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
-	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 12 })
+	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, 12) })
 	ctx := testCtx(t)
 	createTable(t, pool, feedtest.Items)
 	createTable(t, pool, feedtest.Notes)

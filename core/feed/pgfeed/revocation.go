@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 var _ feed.Revocations = (*Feed)(nil)
@@ -132,7 +132,7 @@ func (f *Feed) watchRevocations(ctx context.Context, last uint64, fn func(feed.R
 			return
 		}
 		f.log.Warn("pgfeed: revocation listener connection lost; reconnecting", "schema", f.opts.Schema, "err", err, "attempt", attempt)
-		if !protocol.Sleep(ctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
+		if !backoff.Sleep(ctx, backoff.Delay(attempt, 50*time.Millisecond, 5*time.Second)) {
 			return
 		}
 	}
@@ -141,7 +141,7 @@ func (f *Feed) watchRevocations(ctx context.Context, last uint64, fn func(feed.R
 // watchOnce connects, listens, and reads the table after LISTEN, on every
 // notification and every PollInterval, until the connection fails.
 func (f *Feed) watchOnce(ctx context.Context, last *uint64, deliver func(feed.Revocation), connected func()) error {
-	conn, err := pgx.ConnectConfig(ctx, f.pool.Config().ConnConfig.Copy())
+	conn, err := f.connect(ctx, "revocation listener", f.pool.Config().ConnConfig.Copy(), 0)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/jsontext"
 )
 
 // Snapshots read a row's columns and encode its JSON in Go rather than
@@ -76,7 +77,7 @@ func (p *plan) snapshotColumns() []snapCol {
 		if j > 0 {
 			prefix = append(prefix, ',')
 		}
-		prefix = protocol.AppendString(prefix, p.s.Columns[i].Name)
+		prefix = jsontext.AppendString(prefix, p.s.Columns[i].Name)
 		prefix = append(prefix, ':')
 		col := "t." + p.cols[i]
 		sc := snapCol{col: i, prefix: prefix, expr: col}
@@ -237,7 +238,7 @@ func appendValue(dst []byte, enc colEnc, format int16, v []byte) ([]byte, error)
 // with short escapes as those, the others as \u00xx in lower-case hex;
 // everything else (non-ASCII included) as is.
 func appendJSONBString(dst, s []byte) []byte {
-	i, _ := protocol.EscapeIndex(s)
+	i, _ := jsontext.EscapeIndex(s)
 	return appendJSONBStringFrom(dst, s, i)
 }
 
@@ -245,7 +246,7 @@ func appendJSONBString(dst, s []byte) []byte {
 // wrote s verbatim: between quotes without an escape, and valid UTF-8 (a
 // protocol.ValueSpan's Verbatim). One scan finds both for ASCII text.
 func appendJSONBStringVerbatim(dst, s []byte) ([]byte, bool) {
-	i, ascii := protocol.EscapeIndex(s)
+	i, ascii := jsontext.EscapeIndex(s)
 	if i < len(s) {
 		return appendJSONBStringFrom(dst, s, i), false
 	}

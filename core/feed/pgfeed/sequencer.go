@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // The sequencer gives committed changes their positions.
@@ -95,7 +95,7 @@ func (f *Feed) sequencer() {
 				if ctx.Err() == nil {
 					f.log.Warn("pgfeed: sequencer cannot connect; retrying", "schema", f.opts.Schema, "err", err, "attempt", attempt)
 				}
-				protocol.Sleep(ctx, protocol.Backoff(attempt, sequencerMinBackoff, sequencerMaxBackoff))
+				backoff.Sleep(ctx, backoff.Delay(attempt, sequencerMinBackoff, sequencerMaxBackoff))
 				attempt++
 				continue
 			}
@@ -111,7 +111,7 @@ func (f *Feed) sequencer() {
 					f.log.Warn("pgfeed: sequencer lock attempt failed; retrying", "schema", f.opts.Schema, "err", err, "attempt", attempt)
 				}
 			}
-			protocol.Sleep(ctx, protocol.Backoff(attempt, sequencerMinBackoff, sequencerMaxBackoff))
+			backoff.Sleep(ctx, backoff.Delay(attempt, sequencerMinBackoff, sequencerMaxBackoff))
 			attempt++
 			continue
 		}
@@ -125,7 +125,7 @@ func (f *Feed) sequencer() {
 		f.log.Warn("pgfeed: sequencer stepped down", "schema", f.opts.Schema, "err", err)
 		// Let a standby take over: they retry at least every
 		// sequencerMaxBackoff.
-		protocol.Sleep(ctx, sequencerMaxBackoff+protocol.Backoff(0, sequencerMaxBackoff, sequencerMaxBackoff))
+		backoff.Sleep(ctx, sequencerMaxBackoff+backoff.Delay(0, sequencerMaxBackoff, sequencerMaxBackoff))
 	}
 }
 
@@ -135,9 +135,7 @@ func (f *Feed) sequencerConnect(ctx context.Context) (*pgx.Conn, error) {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = RoleAppName(RoleSequencer, f.opts.Node)
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return pgx.ConnectConfig(cctx, cfg)
+	return f.connect(ctx, "sequencer", cfg, 5*time.Second)
 }
 
 // sequence runs one term of the sequencer on conn, which holds the role's
@@ -239,7 +237,7 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 				}
 			}
 			cause = lookAfterStep
-			protocol.Sleep(ctx, sequencerStepGap)
+			backoff.Sleep(ctx, sequencerStepGap)
 			continue
 		}
 		if !streaming {

@@ -15,7 +15,7 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // TestLongTransactionDeliveredLast: a transaction that began (and wrote)
@@ -39,7 +39,7 @@ func TestLongTransactionDeliveredLast(t *testing.T) {
 }
 
 func runLongTransaction(t *testing.T, failover bool) {
-	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
+	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, 16) })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	a := newE2EServer(t, pool, name, pgfeed.Options{}, core.Config{})

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
 )
 
 // Tail blocks until at least one change after `after` is committed, then
@@ -126,7 +126,7 @@ func (f *Feed) listen() {
 			attempt = 0
 		}
 		f.log.Warn("pgfeed: listener connection lost; reconnecting", "schema", f.opts.Schema, "err", err, "attempt", attempt)
-		if !protocol.Sleep(f.ctx, protocol.Backoff(attempt, 50*time.Millisecond, 5*time.Second)) {
+		if !backoff.Sleep(f.ctx, backoff.Delay(attempt, 50*time.Millisecond, 5*time.Second)) {
 			return
 		}
 	}
@@ -138,7 +138,7 @@ func (f *Feed) listen() {
 func (f *Feed) listenOnce() (bool, error) {
 	ctx := f.ctx
 	cfg := f.pool.Config().ConnConfig.Copy()
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := f.connect(ctx, "listener", cfg, 0)
 	if err != nil {
 		return false, err
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // The torture workload. Bounded in count; its duration follows from the hold
@@ -97,7 +97,7 @@ func TestTorture(t *testing.T) {
 }
 
 func runTorture(t *testing.T, seed uint64, opts pgfeed.Options, replayCache int) tortureReport {
-	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = tortureWriters + 12 })
+	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, tortureWriters+12) })
 	// Small pages and send buffers, so replays page and buffers overflow.
 	srv := newE2EServer(t, pool, name, opts, core.Config{PageSize: 25, SendBuffer: 32 << 10, ReplayCache: replayCache})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -11,8 +11,9 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
+	"github.com/tidesync/tide/internal/transport"
 )
 
 // TestTransactTransientFailure: a function whose transaction fails under
@@ -102,10 +103,10 @@ func TestTransactTransientFailure(t *testing.T) {
 	}
 	p := authz.Principal{ID: "u"}
 	m := protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameMutate, Resource: "items", Name: "put", Key: "m1", Args: []byte(`{"id":"b"}`), At: time.Now().UnixMilli()}
-	if _, perr := e.Mutate(ctx, p, "o", m); perr == nil || perr.Code != protocol.CodeUnavailable {
+	if _, perr := transport.Of(e).Mutate(ctx, p, "o", m); perr == nil || perr.Code != protocol.CodeUnavailable {
 		t.Fatalf("mutator's connection terminated: %v, want %s", perr, protocol.CodeUnavailable)
 	}
-	if frame, perr := e.Mutate(ctx, p, "o", m); perr != nil {
+	if frame, perr := transport.Of(e).Mutate(ctx, p, "o", m); perr != nil {
 		t.Fatalf("resent: %v (%s)", perr, frame)
 	}
 	var n int

@@ -15,8 +15,8 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // TestOpenSequencesWithoutClients: a node set up with tide.Open gives

@@ -15,8 +15,8 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // TestUpgrade starts from a database that an earlier version of the schema
@@ -40,7 +40,7 @@ func TestUpgrade(t *testing.T) {
 }
 
 func testUpgradeFrom(t *testing.T, version int) {
-	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = 12 })
+	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, 12) })
 	ctx := testCtx(t)
 	exec2(t, pool, tItemsDDL)
 	scratch, err := core.New(core.Config{})

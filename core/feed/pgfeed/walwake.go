@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
+	"github.com/tidesync/tide/internal/pgconnect"
 )
 
 // The sequencer's wake-up: the WAL stream.
@@ -122,7 +123,7 @@ func (w *walWaker) run(ctx context.Context) {
 			return
 		}
 		f.log.Debug("pgfeed: WAL stream for the sequencer's wake-up ended; reconnecting", "schema", f.opts.Schema, "err", err, "attempt", attempt)
-		protocol.Sleep(ctx, protocol.Backoff(attempt, time.Second, time.Minute))
+		backoff.Sleep(ctx, backoff.Delay(attempt, time.Second, time.Minute))
 	}
 }
 
@@ -135,9 +136,11 @@ func (w *walWaker) stream(ctx context.Context) error {
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "tide sequencer wake-up"
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	conn, err := pgconn.ConnectConfig(cctx, cfg)
-	cancel()
+	conn, err := pgconnect.Retry(ctx, w.f.log, "pgfeed sequencer wake-up (replication)", func(ctx context.Context) (*pgconn.PgConn, error) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return pgconn.ConnectConfig(cctx, cfg)
+	})
 	if err != nil {
 		return err
 	}

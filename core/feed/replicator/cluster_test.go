@@ -30,9 +30,9 @@ import (
 	"github.com/tidesync/tide/core/feed/natsbus"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/replicator"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/internal/synctest"
+	"github.com/tidesync/tide/internal/testenv"
 	"github.com/tidesync/tide/middleware"
 )
 

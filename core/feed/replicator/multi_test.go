@@ -13,7 +13,7 @@ import (
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/replicator"
 	"github.com/tidesync/tide/core/internal/multitest"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // TestMultiResourceTransactionsNATS: over the NATS bus, transactions

@@ -17,7 +17,8 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/backoff"
+	"github.com/tidesync/tide/internal/pgconnect"
 )
 
 // Defaults of Config.
@@ -421,7 +422,7 @@ func (r *Replicator) run() {
 			s.LostLock++
 		})
 		// Let a standby take over: they retry at least every MaxBackoff.
-		if !protocol.Sleep(ctx, r.cfg.MaxBackoff+protocol.Backoff(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
+		if !backoff.Sleep(ctx, r.cfg.MaxBackoff+backoff.Delay(0, r.cfg.MaxBackoff, r.cfg.MaxBackoff)) {
 			return
 		}
 	}
@@ -433,9 +434,11 @@ func (r *Replicator) connect(ctx context.Context) (*pgx.Conn, error) {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = pgfeed.RoleAppName(pgfeed.RoleReplicator, r.cfg.Feed.Node())
-	cctx, cancel := context.WithTimeout(ctx, max(5*time.Second, r.cfg.CheckInterval))
-	defer cancel()
-	return pgx.ConnectConfig(cctx, cfg)
+	return pgconnect.Retry(ctx, r.log, "replicator", func(ctx context.Context) (*pgx.Conn, error) {
+		cctx, cancel := context.WithTimeout(ctx, max(5*time.Second, r.cfg.CheckInterval))
+		defer cancel()
+		return pgx.ConnectConfig(cctx, cfg)
+	})
 }
 
 // installed returns an error wrapping feed.ErrNotInstalled if the feed's
@@ -470,7 +473,7 @@ func closeConn(c *pgx.Conn) {
 }
 
 func (r *Replicator) sleep(ctx context.Context, attempt int) bool {
-	return protocol.Sleep(ctx, protocol.Backoff(attempt, r.cfg.MinBackoff, r.cfg.MaxBackoff))
+	return backoff.Sleep(ctx, backoff.Delay(attempt, r.cfg.MinBackoff, r.cfg.MaxBackoff))
 }
 
 // lead runs one term: it keeps checking the lock connection, prunes, and
@@ -539,7 +542,7 @@ func (r *Replicator) prune(ctx context.Context) {
 		case ctx.Err() == nil:
 			r.log.Error("replicator: prune failed", "err", err)
 		}
-		if !protocol.Sleep(ctx, r.cfg.PruneInterval) {
+		if !backoff.Sleep(ctx, r.cfg.PruneInterval) {
 			return
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/tidesync/tide/core/feed/natsbus"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/replicator"
-	"github.com/tidesync/tide/core/internal/testenv"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // fastElection keeps tests short: standbys retry at least every 200 ms and

@@ -17,8 +17,8 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/replicator"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/trace/tideotel"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // memPublisher is a transport in memory: it keeps the last position it

@@ -21,9 +21,9 @@ import (
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
+	"github.com/tidesync/tide/internal/testenv"
 	"github.com/tidesync/tide/middleware"
 )
 

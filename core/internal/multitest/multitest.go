@@ -30,6 +30,7 @@ import (
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/core/tidetest"
+	"github.com/tidesync/tide/internal/transport"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -315,7 +316,7 @@ func write(ctx context.Context, t *testing.T, e *core.Engine, w, n int, rng *ran
 		// other refusal fails the test.
 		for attempt := 0; ; attempt++ {
 			f := protocol.ClientFrame{V: 1, Type: protocol.FrameMutate, Key: fmt.Sprintf("%s.%d", txID, attempt), Resource: "todos", Name: "write", Args: args, At: time.Now().UnixMilli()}
-			_, err := e.Mutate(ctx, Principal(projects...), "w", f)
+			_, err := transport.Of(e).Mutate(ctx, Principal(projects...), "w", f)
 			if err == nil {
 				break
 			}
@@ -441,7 +442,7 @@ func (c *client) pollRound(ctx context.Context, t *testing.T, done bool) bool {
 	budget := 1 + c.rng.IntN(6)
 	for n := 0; done || n < budget; n++ {
 		limit := []int{0, 1, 2}[c.rng.IntN(3)]
-		out, err := c.e.Poll(ctx, Principal(c.project), core.PollRequest{V: 1, Resources: Resources, Conditions: raw(c.conditions()), Cursor: c.cursor, Limit: limit})
+		out, err := transport.Of(c.e).Poll(ctx, Principal(c.project), "", protocol.PollRequest{V: 1, Resources: Resources, Conditions: raw(c.conditions()), Cursor: c.cursor, Limit: limit})
 		if err != nil {
 			if core.ErrorFor(err).Code != protocol.CodeUnavailable {
 				t.Errorf("%s: poll: %v", c.name, err)

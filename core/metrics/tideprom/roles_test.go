@@ -13,8 +13,8 @@ import (
 
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/replicator"
-	"github.com/tidesync/tide/core/internal/testenv"
 	"github.com/tidesync/tide/core/metrics/tideprom"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // roleNode is one app node of TestRoleMetricsFailover: its own pool, feed

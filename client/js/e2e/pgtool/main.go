@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 func main() {
@@ -32,10 +34,7 @@ func main() {
 }
 
 func run(args []string) error {
-	url := os.Getenv("TIDE_TEST_DATABASE_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
+	url := testenv.DatabaseURL()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)

@@ -1,4 +1,8 @@
-package protocol
+// Package jsontext holds tide's hand-written JSON text helpers: the string
+// encoder frames and rows are built with on the hot paths, the scanner
+// that finds the bytes a JSON string must escape, and the wording of a
+// decoding error for a person.
+package jsontext
 
 import (
 	"encoding"
@@ -8,7 +12,7 @@ import (
 	"strings"
 )
 
-// DescribeJSONError says what an encoding/json decoding error means in
+// DescribeError says what an encoding/json decoding error means in
 // JSON's own terms, for a person: "id must be a string", "count must be a
 // whole number", "the arguments must be valid JSON". It never names Go
 // types or fields; what names the whole value ("the arguments") for an
@@ -16,7 +20,7 @@ import (
 // false for an error that is not a *json.UnmarshalTypeError or a
 // *json.SyntaxError (an UnmarshalJSON method's own error, say), whose text
 // the caller must word itself.
-func DescribeJSONError(err error, what string) (string, bool) {
+func DescribeError(err error, what string) (string, bool) {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {

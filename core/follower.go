@@ -78,15 +78,6 @@ func (f *follower) addEdges(edges []*depEdge) {
 	f.edges.Store(&m)
 }
 
-// followInterest makes a bus that delivers only what this node needs
-// (feed.Interested) deliver every change of a followed resource, for good:
-// the next syncInterest tells the bus.
-func (h *hub) followInterest(s *feed.Schema) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.groupAdded(feed.Scope{Schema: s})
-}
-
 // started is called by the tailer once it knows its start position, before
 // any subscription joins the hub. A subscription authorized before it may
 // have missed a change committed before pos: every dependent resource's
@@ -326,42 +317,6 @@ func (f *follower) recheckOne(ctx context.Context, s *subscription) {
 	}
 	if ended {
 		e.stats.rechecksEnded.Add(1)
-	}
-}
-
-// concerned adds to out the live subscriptions of the named resource that
-// rr concerns.
-func (h *hub) concerned(name string, rr *resRecheck, out map[*subscription]struct{}) {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	ri := h.res[name]
-	if ri == nil {
-		return
-	}
-	principals := map[string]bool{}
-	for _, g := range ri.groups {
-		every := rr.all
-		clear(principals)
-		for _, t := range rr.targets {
-			if every {
-				break
-			}
-			if !t.covers(g.scope) {
-				continue
-			}
-			if !t.byPrincipal {
-				every = true
-			}
-			principals[t.principal] = true
-		}
-		if !every && len(principals) == 0 {
-			continue
-		}
-		for _, s := range g.subs {
-			if every || principals[s.principal().ID] {
-				out[s] = struct{}{}
-			}
-		}
 	}
 }
 

@@ -8,11 +8,17 @@
 // Every Postgres test gets a fresh schema of its own, set as the search_path
 // of its pool and dropped when the test ends, so packages and tests run in
 // parallel against one database without seeing each other's tables.
+//
+// The suite shares the server's connections with whatever else runs on it.
+// A test's pool holds at most DefaultPoolSize connections unless the test
+// asks PoolSize for more, which sizes the pool from the connections the
+// server has free (see PoolSize).
 package testenv
 
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -47,13 +53,24 @@ func InCI() bool {
 	return v == "true" || v == "1"
 }
 
-// unavailable skips t, or fails it in CI.
-func unavailable(t testing.TB, service, env, target string, err error) {
+// Missing skips t because something it needs is missing (a service, a
+// program such as chromium), or fails it in CI (CI=true): CI must never
+// turn green by skipping what it was meant to test. what names the missing
+// thing and why ("Postgres is not reachable at …: <err>"); hint says how to
+// provide it ("start it, or set TIDE_TEST_DATABASE_URL").
+func Missing(t testing.TB, what, hint string) {
 	t.Helper()
 	if InCI() {
-		t.Fatalf("testenv: %s is not reachable at %s: %v (CI=true, so this fails instead of skipping)", service, target, err)
+		t.Fatalf("testenv: %s (CI=true, so this fails instead of skipping)", what)
 	}
-	t.Skipf("testenv: skipping: %s is not reachable at %s: %v (start it, or set %s; with CI=true this fails)", service, target, err, env)
+	t.Skipf("testenv: skipping: %s (%s; with CI=true this fails)", what, hint)
+}
+
+// unavailable skips t, or fails it in CI, for a service that cannot be
+// reached.
+func unavailable(t testing.TB, service, env, target string, err error) {
+	t.Helper()
+	Missing(t, fmt.Sprintf("%s is not reachable at %s: %v", service, target, err), "start it, or set "+env)
 }
 
 // DatabaseURL returns TIDE_TEST_DATABASE_URL, or DefaultDatabaseURL.
@@ -83,8 +100,9 @@ func PostgresSchema(t testing.TB) (*pgxpool.Pool, string) {
 }
 
 // PostgresConfig is PostgresSchema with a hook that may adjust the pool's
-// configuration (MaxConns, say) before the pool is made. The search_path is
-// already set in cfg.ConnConfig.RuntimeParams when tune runs.
+// configuration before the pool is made. The search_path is already set in
+// cfg.ConnConfig.RuntimeParams, and MaxConns to DefaultPoolSize, when tune
+// runs; a tune that sets a bigger MaxConns takes it from PoolSize.
 func PostgresConfig(t testing.TB, tune func(cfg *pgxpool.Config)) (*pgxpool.Pool, string) {
 	t.Helper()
 	dsn := DatabaseURL()
@@ -109,6 +127,7 @@ func PostgresConfig(t testing.TB, tune func(cfg *pgxpool.Config)) (*pgxpool.Pool
 
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "tide-test " + truncate(t.Name(), 40)
+	cfg.MaxConns = DefaultPoolSize
 	if tune != nil {
 		tune(cfg)
 	}

@@ -1,4 +1,9 @@
-package protocol
+// Package backoff holds tide's retry schedule: full-jitter exponential
+// delays and a sleep that ends with its context. The Go client reconnects
+// on it and the server's retry loops (the tailer, the Postgres feed's
+// listeners and sequencer, the replicator) wait on it, so a fleet retrying
+// after the same failure does not stampede.
+package backoff
 
 import (
 	"context"
@@ -6,12 +11,11 @@ import (
 	"time"
 )
 
-// Backoff returns the delay before retry number attempt (from 0): full
+// Delay returns the delay before retry number attempt (from 0): full
 // jitter, uniformly random in [0, min(max, base·2^attempt)], so a fleet of
 // clients (or server loops) retrying after the same failure does not
-// stampede. Clients reconnect on this schedule; tide's own retry loops use
-// it too.
-func Backoff(attempt int, base, max time.Duration) time.Duration {
+// stampede.
+func Delay(attempt int, base, max time.Duration) time.Duration {
 	if attempt < 0 {
 		attempt = 0
 	}

@@ -1,4 +1,4 @@
-package protocol
+package backoff
 
 import (
 	"context"
@@ -18,8 +18,8 @@ func TestJitterBounds(t *testing.T) {
 		{62, time.Second, 5 * time.Second, 5 * time.Second}, // no overflow
 	} {
 		for i := 0; i < 1000; i++ {
-			if d := Backoff(tt.attempt, tt.base, tt.max); d < 0 || d > tt.ceil {
-				t.Fatalf("Backoff(%d, %v, %v) = %v, outside [0, %v]", tt.attempt, tt.base, tt.max, d, tt.ceil)
+			if d := Delay(tt.attempt, tt.base, tt.max); d < 0 || d > tt.ceil {
+				t.Fatalf("Delay(%d, %v, %v) = %v, outside [0, %v]", tt.attempt, tt.base, tt.max, d, tt.ceil)
 			}
 		}
 	}
@@ -46,9 +46,9 @@ func TestBackoffFullJitterBounds(t *testing.T) {
 		var hi time.Duration
 		lo := ceil
 		for range 2000 {
-			d := Backoff(attempt, base, ceiling)
+			d := Delay(attempt, base, ceiling)
 			if d < 0 || d > ceil {
-				t.Fatalf("Backoff(%d) = %v, outside [0, %v]", attempt, d, ceil)
+				t.Fatalf("Delay(%d) = %v, outside [0, %v]", attempt, d, ceil)
 			}
 			hi = max(hi, d)
 			lo = min(lo, d)
@@ -56,20 +56,20 @@ func TestBackoffFullJitterBounds(t *testing.T) {
 		// Full jitter spreads over the whole range; with 2000 samples the
 		// chance of missing either outer quarter is about 2^-830.
 		if hi < ceil*3/4 || lo > ceil/4 {
-			t.Fatalf("Backoff(%d) samples span [%v, %v]; want them spread over [0, %v]", attempt, lo, hi, ceil)
+			t.Fatalf("Delay(%d) samples span [%v, %v]; want them spread over [0, %v]", attempt, lo, hi, ceil)
 		}
 	}
 }
 
 func TestBackoffEdges(t *testing.T) {
-	if d := Backoff(-1, time.Second, time.Minute); d < 0 || d > time.Second {
+	if d := Delay(-1, time.Second, time.Minute); d < 0 || d > time.Second {
 		t.Errorf("negative attempt: %v, want within the first step", d)
 	}
-	if d := Backoff(0, 0, 0); d != 0 {
+	if d := Delay(0, 0, 0); d != 0 {
 		t.Errorf("zero bounds: %v", d)
 	}
 	// base·2^attempt overflows int64 long before attempt 200.
-	if d := Backoff(200, time.Hour, 2*time.Hour); d < 0 || d > 2*time.Hour {
+	if d := Delay(200, time.Hour, 2*time.Hour); d < 0 || d > 2*time.Hour {
 		t.Errorf("overflowing attempt: %v", d)
 	}
 }

@@ -552,3 +552,48 @@ func (h *hub) desyncAll() {
 		}
 	}
 }
+
+// followInterest makes a bus that delivers only what this node needs
+// (feed.Interested) deliver every change of a followed resource, for good:
+// the next syncInterest tells the bus.
+func (h *hub) followInterest(s *feed.Schema) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.groupAdded(feed.Scope{Schema: s})
+}
+
+// concerned adds to out the live subscriptions of the named resource that
+// rr concerns.
+func (h *hub) concerned(name string, rr *resRecheck, out map[*subscription]struct{}) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	ri := h.res[name]
+	if ri == nil {
+		return
+	}
+	principals := map[string]bool{}
+	for _, g := range ri.groups {
+		every := rr.all
+		clear(principals)
+		for _, t := range rr.targets {
+			if every {
+				break
+			}
+			if !t.covers(g.scope) {
+				continue
+			}
+			if !t.byPrincipal {
+				every = true
+			}
+			principals[t.principal] = true
+		}
+		if !every && len(principals) == 0 {
+			continue
+		}
+		for _, s := range g.subs {
+			if every || principals[s.principal().ID] {
+				out[s] = struct{}{}
+			}
+		}
+	}
+}
