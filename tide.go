@@ -205,7 +205,7 @@ func Begin(ctx context.Context, db Beginner) (pgx.Tx, error) {
 		return nil, err
 	}
 	if origin := core.OriginFrom(ctx); origin != "" {
-		if err := pgfeed.WithOrigin(ctx, tx, origin); err != nil {
+		if err := pgfeed.SetClientOrigin(ctx, tx, origin); err != nil {
 			_ = tx.Rollback(ctx)
 			return nil, fmt.Errorf("tide: Begin: set the client origin: %w", err)
 		}

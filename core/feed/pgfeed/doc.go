@@ -14,11 +14,11 @@
 //	if err := feed.Migrate(ctx, engine.Schemas()...); err != nil { ... } // on every boot
 //	feed.StartPruner() // retention; Close stops it
 //
-// A write made for a client device carries its origin, so the device can
-// skip its echo:
+// A write made for a client device carries its client origin, so the
+// device can skip its echo; tide.Begin tags the transaction from the
+// request's context:
 //
-//	tx, _ := pool.Begin(ctx)
-//	_ = pgfeed.WithOrigin(ctx, tx, core.OriginFrom(r.Context())) // SET LOCAL tide.origin
+//	tx, _ := tide.Begin(r.Context(), pool) // SET LOCAL tide.origin
 //	_, _ = tx.Exec(ctx, "UPDATE todos SET done = true WHERE id = $1", id)
 //	_ = tx.Commit(ctx)
 //

@@ -389,7 +389,7 @@ func TestOwnWriteWhileOfflineConverges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := pgfeed.WithOrigin(ctx, tx, "phone"); err != nil {
+		if err := pgfeed.SetClientOrigin(ctx, tx, "phone"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO m_items (id, project, val, by) VALUES ($1, 'p', $2, 'app')`, id, val); err != nil {

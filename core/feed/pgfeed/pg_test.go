@@ -229,7 +229,7 @@ func TestOrigin(t *testing.T) {
 
 	// With the helper.
 	tx, _ := pool.Begin(ctx)
-	if err := pgfeed.WithOrigin(ctx, tx, "dev-1"); err != nil {
+	if err := pgfeed.SetClientOrigin(ctx, tx, "dev-1"); err != nil {
 		t.Fatal(err)
 	}
 	insertItem(t, tx, "a", "t1", 1)

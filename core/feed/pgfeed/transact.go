@@ -127,7 +127,7 @@ func (f *Feed) Transact(ctx context.Context, id feed.MutationID, fn func(ctx con
 			return tx.QueryRow(ctx, "SELECT result FROM "+n.keys+" WHERE principal = $1 AND origin = $2 AND key = $3",
 				id.Principal, id.Origin, id.Key).Scan(&result)
 		}
-		if err := WithOrigin(ctx, tx, id.Origin); err != nil {
+		if err := SetClientOrigin(ctx, tx, id.Origin); err != nil {
 			return err
 		}
 		r, err := fn(ctx, &Tx{f: f, tx: tx})

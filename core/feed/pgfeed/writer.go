@@ -10,26 +10,29 @@ import (
 	"github.com/tidesync/tide/core/feed"
 )
 
-// Execer is what WithOrigin needs: pgx.Tx, *pgx.Conn, *pgxpool.Conn and
+// Execer is what SetClientOrigin needs: pgx.Tx, *pgx.Conn, *pgxpool.Conn and
 // *pgxpool.Pool all satisfy it.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// WithOrigin tags the writes of the current transaction with origin, the id
-// of the client device they are made for, so that device can skip their
-// echo. It runs `SET LOCAL tide.origin = origin` (as set_config, so the value
-// is a bound parameter); call it inside the transaction, before it commits:
+// SetClientOrigin tags the writes of the current transaction with origin,
+// the client origin (the id of the device they are made for), so that
+// device can skip their echo. Apps call tide.Begin or tide.BeginFunc with
+// the request's context, which calls it; this is the piece for setups that
+// start their transactions otherwise. It runs `SET LOCAL tide.origin =
+// origin` (as set_config, so the value is a bound parameter); call it
+// inside the transaction, before it commits:
 //
 //	tx, _ := pool.Begin(ctx)
-//	_ = pgfeed.WithOrigin(ctx, tx, core.OriginFrom(r.Context()))
+//	_ = pgfeed.SetClientOrigin(ctx, tx, core.OriginFrom(r.Context()))
 //	_, _ = tx.Exec(ctx, "UPDATE todos SET done = true WHERE id = $1", id)
 //	_ = tx.Commit(ctx)
 //
 // The capture reads the setting when the transaction commits, so the last
 // value set in the transaction tags all its changes. Outside a transaction
 // the setting lasts only for the one statement and tags nothing.
-func WithOrigin(ctx context.Context, tx Execer, origin string) error {
+func SetClientOrigin(ctx context.Context, tx Execer, origin string) error {
 	_, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('tide.origin', $1, true)", origin)
 	return err
 }
@@ -53,7 +56,7 @@ func (f *Feed) Apply(ctx context.Context, origin string, muts ...feed.Mutation) 
 		return nil
 	}
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		if err := WithOrigin(ctx, tx, origin); err != nil {
+		if err := SetClientOrigin(ctx, tx, origin); err != nil {
 			return err
 		}
 		return f.applyIn(ctx, tx, muts)
