@@ -202,7 +202,7 @@ test("offline: edits made with the server down survive a reload, land exactly on
   // Both tabs sent each offline edit; the server recorded and ran each key once.
   const once = sql(`SELECT key, count(*) FROM ${schema}_tide.mutation_keys WHERE principal = 'alice' AND key IN (${offlineKeys.map((k) => `'${k}'`).join(",")}) GROUP BY key ORDER BY key`);
   assert.deepEqual(once, offlineKeys.map((k) => [k, 1]));
-  const changes = sql(`SELECT op, data->>'title' FROM ${schema}_tide.changes WHERE key IN (SELECT id FROM todos WHERE title IN ('offline add')) ORDER BY pos`);
+  const changes = sql(`SELECT op, data->>'title' FROM ${schema}_tide.log WHERE key IN (SELECT id FROM todos WHERE title IN ('offline add')) ORDER BY pos`);
   assert.equal(changes.length, 1, "the offline add was written once: " + JSON.stringify(changes));
   // One picture of both tabs side by side: each tab's screenshot, composed in a third page.
   const shots = [];
