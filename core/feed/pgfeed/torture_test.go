@@ -18,6 +18,8 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/internal/backoff"
+	"github.com/tidesync/tide/internal/pgconnect"
 	"github.com/tidesync/tide/internal/testenv"
 )
 
@@ -143,8 +145,17 @@ func runTorture(t *testing.T, seed uint64, opts pgfeed.Options, replayCache int)
 	for w := range tortureWriters {
 		wr := rand.New(rand.NewPCG(seed, uint64(w)+1))
 		writers.Go(func() {
-			for range tortureTxs {
+			for attempt := 0; len(records[w])+rollbacks[w] < tortureTxs; {
 				rec, committed, err := tortureTx(ctx, pool, wr, w, &seq)
+				if pgconnect.TooManyClients(err) && ctx.Err() == nil {
+					// The server had no free connection for the pool (other
+					// suites share it): nothing began; as an app would,
+					// wait and write again.
+					backoff.Sleep(ctx, backoff.Delay(attempt, 10*time.Millisecond, time.Second))
+					attempt++
+					continue
+				}
+				attempt = 0
 				if err != nil {
 					t.Errorf("writer %d: %v", w, err)
 					return
