@@ -121,9 +121,9 @@ func (e *env) waitSlotFree(db DB) {
 	ctx := context.Background()
 	deadline := time.Now().Add(hang)
 	for {
-		var active bool
-		err := db.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&active)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && !active {
+		var pid *int32
+		err := db.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&pid)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && pid == nil {
 			return
 		}
 		if err != nil {
@@ -132,7 +132,12 @@ func (e *env) waitSlotFree(db DB) {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("slot %s still active after %s", e.slot, hang)
 		}
-		time.Sleep(10 * time.Millisecond) // polls the server's state; nothing to wait on
+		// The consumer has returned, its end of stream acknowledged: the
+		// WAL sender only waits for the session to go. End it and wait,
+		// server-side, until it is gone.
+		if _, err := db.Exec(ctx, "SELECT pg_terminate_backend($1, $2)", *pid, hang.Milliseconds()); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 }
 
