@@ -103,6 +103,11 @@ func testFollowEveryNode(t *testing.T, kind busKind) {
 		}
 	}
 	exec(`INSERT INTO memberships VALUES ('alice/p8', 'alice', 'p8'), ('bob/p7', 'bob', 'p7')`)
+	// Every node's tailer has dispatched that write: each engine serves
+	// subscriptions (on the NATS bus a node starts reading the stream only
+	// once it is set up, and a subscribe before then is answered
+	// unavailable).
+	settle()
 	dial := func(n *node, user string, projects ...string) *tidetest.Conn {
 		conn := tidetest.Dial(t, n.url, tidetest.WithHeader("X-User", user), tidetest.WithTimeout(30*time.Second))
 		conn.Hello(protocol.ClientFrame{})
