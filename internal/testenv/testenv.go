@@ -268,3 +268,22 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
+
+// Context returns a context for a test's whole run, cancelled when the
+// test ends or shortly before the test binary's -timeout, whichever is
+// first. Load tests bound their work by count, not time; this context only
+// stops a run that hangs, with a failure that names what it was waiting
+// for instead of the binary's panic. Without a -timeout it ends after an
+// hour.
+func Context(t testing.TB) context.Context {
+	t.Helper()
+	end := time.Now().Add(time.Hour)
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := d.Deadline(); ok {
+			end = dl.Add(-30 * time.Second)
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	t.Cleanup(cancel)
+	return ctx
+}

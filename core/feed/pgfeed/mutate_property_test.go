@@ -101,7 +101,7 @@ func TestMutationsProperty(t *testing.T) {
 }
 
 func runMutationsProperty(t *testing.T, backend string, seed uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a failure bound only
+	ctx, cancel := context.WithCancel(testenv.Context(t)) // a failure bound only
 	defer cancel()
 	var f feed.Feed
 	if backend == "postgres" {

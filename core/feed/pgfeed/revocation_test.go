@@ -17,7 +17,7 @@ import (
 // while a watcher's connection is down arrives after it reconnects, and
 // one stored without a notification (a lost NOTIFY) arrives by the poll.
 func TestRevocations(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
 	opts := pgfeed.Options{PollInterval: 200 * time.Millisecond}
 	a, pool := newFeed(t, opts)

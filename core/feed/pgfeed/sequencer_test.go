@@ -40,7 +40,7 @@ func TestLongTransactionDeliveredLast(t *testing.T) {
 
 func runLongTransaction(t *testing.T, failover bool) {
 	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, 16) })
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
 	a := newE2EServer(t, pool, name, pgfeed.Options{}, core.Config{})
 	nodes := []*e2eServer{a, a}

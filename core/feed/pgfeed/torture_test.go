@@ -102,7 +102,7 @@ func runTorture(t *testing.T, seed uint64, opts pgfeed.Options, replayCache int)
 	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, tortureWriters+12) })
 	// Small pages and send buffers, so replays page and buffers overflow.
 	srv := newE2EServer(t, pool, name, opts, core.Config{PageSize: 25, SendBuffer: 32 << 10, ReplayCache: replayCache})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 0))
 	var rep tortureReport

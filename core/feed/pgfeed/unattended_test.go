@@ -27,7 +27,7 @@ import (
 func TestOpenSequencesWithoutClients(t *testing.T) {
 	t.Parallel()
 	pool, name := testenv.PostgresSchema(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
 	if _, err := pool.Exec(ctx, "CREATE TABLE todos (id text PRIMARY KEY, project_id text NOT NULL, title text NOT NULL, done boolean NOT NULL DEFAULT false)"); err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestOpenSequencesWithoutClients(t *testing.T) {
 func TestStartSequencerWithoutTail(t *testing.T) {
 	t.Parallel()
 	f, pool := newFeed(t, pgfeed.Options{}, todoSchema)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
 	f.StartSequencer()
 	writeRoundsUnattended(ctx, t, pool, f, todoSchema.Table)
