@@ -274,3 +274,7 @@ func (f *Feed) CheckFloor(ctx context.Context) error {
 	defer c.Release()
 	return f.checkFloor(ctx, c.Conn())
 }
+
+// StepRowsSQL is the statement of one sequencing step that returns the
+// changes it gave positions to.
+func (f *Feed) StepRowsSQL() string { return f.n.stepRowsSQL }

@@ -157,6 +157,9 @@ $tide$`,
 	// Version 8: each change written once (see ticks.go): the capture
 	// writes the change log itself, and sequencing steps write ticks.
 	{8, ticksMigration},
+	// Version 9: a step reads the changes it ticked through the
+	// transaction index, never by a scan of the change log.
+	{9, func(n names) []string { return []string{tickStepRowsFunction(n)} }},
 }
 
 // positionBlock is how many positions a durable reservation covers: a

@@ -263,6 +263,11 @@ $tide$`
 // stepRowsFunction) with one whose step writes ticks, returning the
 // changes of its first max_txs transactions (all, for max_txs <= 0) in
 // position order, each with the last position given before the step.
+//
+// The changes are looked up through the transaction index by the ids the
+// step ticked, all in one array: as a join with the ticked transactions,
+// the planner may read the whole change log instead (it cannot know how
+// few transactions a step ticks), which costs every step the log's size.
 func tickStepRowsFunction(n names) string {
 	return `CREATE OR REPLACE FUNCTION ` + n.stepRowsFn + `(max_txs integer)
 RETURNS TABLE (before bigint, pos bigint, resource text, op smallint, key text, scope text[], data jsonb, origin text, prev jsonb, tx bigint)
@@ -279,8 +284,9 @@ BEGIN
   reserved := ` + n.stepFn + `();
   RETURN QUERY WITH ` + n.tickCTEs() + `
   SELECT h.head, ` + logCols + `
-  FROM tk_o u CROSS JOIN LATERAL (SELECT * FROM ` + n.changes + ` l WHERE l.xid = u.xid) l CROSS JOIN tk_head h
-  WHERE max_txs <= 0 OR u.rn <= max_txs ORDER BY 2;
+  FROM (SELECT * FROM ` + n.changes + ` l WHERE l.xid = ANY (ARRAY(SELECT o.xid FROM tk_o o WHERE max_txs <= 0 OR o.rn <= max_txs))) l
+  JOIN tk_o u ON u.xid = l.xid CROSS JOIN tk_head h
+  ORDER BY 2;
   GET DIAGNOSTICS moved = ROW_COUNT;
   IF moved > 0 THEN
     ` + n.lastTick() + tickReservation(n) + `

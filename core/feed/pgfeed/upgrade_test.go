@@ -20,18 +20,21 @@ import (
 )
 
 // TestUpgrade starts from a database that an earlier version of the schema
-// created (version 1: its change log and its commit-order-lock capture; the
-// version before this one: the outbox and a sequencer whose steps wait for
-// their flush), with changes in it, retention past some of them, and
-// devices holding cursors and copies from before the upgrade. A node of
-// this version then boots (Migrate upgrades in place: the change log of
-// the new layout starts at the old head), the app writes through the new
-// capture, and the devices come back: the one whose cursor was at the head
-// resumes without a reset, those behind it (retained or pruned) get
-// exactly one reset each, and every copy converges to the table.
+// created (version 1: its change log and its commit-order-lock capture;
+// versions 6 and 7: the outbox and a sequencer whose steps wait for their
+// flush, or not; the version before this one), with changes in it,
+// retention past some of them, and devices holding cursors and copies from
+// before the upgrade. A node of this version then boots (Migrate upgrades
+// in place: up to version 8 the change log of the new layout starts at the
+// old head; from version 8 on the log and its floor are kept), the app
+// writes through the new capture, and the devices come back: the one whose
+// cursor was at the head resumes without a reset, those behind the new
+// floor get exactly one reset each, the others resume, and every copy
+// converges to the table.
 func TestUpgrade(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{1, 6, pgfeed.SchemaVersion() - 1} {
+	// 7 is the last version that wrote positions into the change log.
+	for _, version := range []int{1, 6, 7, pgfeed.SchemaVersion() - 1} {
 		t.Run(fmt.Sprintf("from version %d", version), func(t *testing.T) {
 			t.Parallel()
 			testUpgradeFrom(t, version)
@@ -82,7 +85,11 @@ func testUpgradeFrom(t *testing.T, version int) {
 				t.Fatal(err)
 			}
 		}
-		rows, err := pool.Query(ctx, "SELECT pos FROM "+old.ChangesTable()+" ORDER BY pos")
+		log := old.ChangesTable()
+		if version >= 8 {
+			log = old.LogSQL() // positions are given by ticks
+		}
+		rows, err := pool.Query(ctx, "SELECT pos FROM "+log+" ORDER BY pos")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,8 +136,14 @@ func testUpgradeFrom(t *testing.T, version int) {
 		"UPDATE e2e_items SET tenant = 't1' WHERE id = 'k05'",
 		"INSERT INTO e2e_items (id, tenant, grp, title) VALUES ('pre', 't1', 1, 'before the upgrade')")
 	// Retention passed p1 (the old version's pruning).
-	write(fmt.Sprintf("DELETE FROM %s WHERE pos <= %d", old.ChangesTable(), p1+1),
-		fmt.Sprintf("UPDATE %s SET floor = %d", old.MetaTable(), p1+1))
+	if version >= 8 {
+		if _, err := old.PruneThrough(ctx, p1+1); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		write(fmt.Sprintf("DELETE FROM %s WHERE pos <= %d", old.ChangesTable(), p1+1),
+			fmt.Sprintf("UPDATE %s SET floor = %d", old.MetaTable(), p1+1))
+	}
 	_, pHead := logState()
 	rowsHead := snapshotRows()
 	var epoch string
@@ -151,11 +164,16 @@ func testUpgradeFrom(t *testing.T, version int) {
 	if err := pool.QueryRow(ctx, "SELECT floor FROM "+old.MetaTable()).Scan(&floor); err != nil {
 		t.Fatal(err)
 	}
-	var rf int64
-	_ = pool.QueryRow(ctx, "SELECT floor FROM "+opts.Schema+".resources").Scan(&rf)
-	t.Logf("DEBUG floor %d rfloor %d pHead %d p2 %d", floor, rf, pHead, p2)
-	if floor != int64(pHead) {
-		t.Fatalf("floor %d after the upgrade, want the old head %d", floor, pHead)
+	// Up to version 8 the change log's layout changed, and the upgrade
+	// starts the new log at the old head; from version 8 on, the log is
+	// kept with its floor.
+	keepsLog := version >= 8
+	wantFloor := int64(pHead)
+	if keepsLog {
+		wantFloor = int64(p1 + 1)
+	}
+	if floor != wantFloor {
+		t.Fatalf("floor %d after the upgrade, want %d (old head %d)", floor, wantFloor, pHead)
 	}
 	if srv.feed.Epoch() != epoch {
 		t.Fatalf("epoch %q after the upgrade, was %q", srv.feed.Epoch(), epoch)
@@ -181,7 +199,7 @@ func testUpgradeFrom(t *testing.T, version int) {
 	}{
 		{"resumes at the head, all", scopeAll(), pHead, rowsHead, false},
 		{"resumes at the head, t1", scopeTenant("t1"), pHead, rowsHead, false},
-		{"behind at p2, t1", scopeTenant("t1"), p2, rows2, true},
+		{"behind at p2, t1", scopeTenant("t1"), p2, rows2, !keepsLog},
 		{"pruned at p1, t2", scopeTenant("t2"), p1, rows1, true},
 	}
 	subs := make([]*device, len(devices))
