@@ -54,7 +54,7 @@ func TestRegisterSchema(t *testing.T) {
 	if got := strings.Join(names, ","); got != "id,project_id,owner,title,done,score,at,note,blob,meta,count" {
 		t.Fatalf("columns %s", got)
 	}
-	if s.KeyColumn().Name != "id" || len(s.Scope) != 2 || s.ScopeColumn(0).Name != "project_id" || s.ScopeColumn(1).Name != "owner" {
+	if s.KeyColumn(0).Name != "id" || len(s.Scope) != 2 || s.ScopeColumn(0).Name != "project_id" || s.ScopeColumn(1).Name != "owner" {
 		t.Fatalf("key/scope wrong: %+v", s)
 	}
 	if !s.Columns[7].Nullable || s.Columns[3].Nullable {
