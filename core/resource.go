@@ -197,6 +197,7 @@ func (t *Table[T]) Name() string { return t.res.schema.Name }
 func (t *Table[T]) Schema() *feed.Schema {
 	s := *t.res.schema
 	s.Columns = append([]protocol.Column(nil), s.Columns...)
+	s.Keys = slices.Clone(s.Keys)
 	s.Scope = append([]int(nil), s.Scope...)
 	s.PrevColumns = slices.Clone(s.PrevColumns)
 	return &s
