@@ -3,7 +3,10 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -106,4 +109,41 @@ func FuzzKeyRoundTrip(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestKeyDocTable: the examples of docs/protocol.md's "Row keys" table are
+// what EncodeKey writes.
+func TestKeyDocTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "### Row keys\n")
+	if !ok {
+		t.Fatal(`docs/protocol.md has no "### Row keys" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	code := regexp.MustCompile("`([^`]*)`")
+	n := 0
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, " | ")
+		if len(cells) != 3 || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		var parts []string
+		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+			parts = append(parts, m[1])
+		}
+		want := code.FindStringSubmatch(cells[2])
+		if want == nil || len(parts) == 0 {
+			t.Fatalf("unreadable row %q", line)
+		}
+		if got := EncodeKey(parts...); got != want[1] {
+			t.Errorf("docs/protocol.md: EncodeKey(%q) = %s, the table says %s", parts, got, want[1])
+		}
+		n++
+	}
+	if n < 5 {
+		t.Fatalf("read %d rows of the table, want 5", n)
+	}
 }
