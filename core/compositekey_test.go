@@ -185,3 +185,55 @@ func settleEngine(t *testing.T, f feed.Feed, e *core.Engine) {
 		t.Fatalf("AwaitRechecks(%d): %v", head, err)
 	}
 }
+
+// hiddenMember is a composite-key resource with a row filter.
+type hiddenMember struct {
+	UserID  string `tide:"user_id,pk"`
+	BoardID string `tide:"board_id,pk,scope"`
+	Hidden  bool   `tide:"hidden"`
+}
+
+// TestCompositeKeyRowFilter: a row filter hides composite-key rows from a
+// snapshot, and a row that becomes hidden reaches the subscriber as a
+// delete of its key text, from a paged snapshot and live.
+func TestCompositeKeyRowFilter(t *testing.T) {
+	e, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := core.Register(e, core.Resource[hiddenMember]{Table: "hidden_members", Authorize: authz.Allow,
+		Filter: func(p authz.Principal, m *hiddenMember) bool { return !m.Hidden || m.UserID == p.ID }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveEngine(t, e)
+	ctx := context.Background()
+	var rows []hiddenMember
+	for i := range 7 {
+		rows = append(rows, hiddenMember{UserID: fmt.Sprintf("u:%d", i), BoardID: "b", Hidden: i%3 == 0})
+	}
+	rows = append(rows, hiddenMember{UserID: "alice", BoardID: "b", Hidden: true})
+	if err := tbl.Upsert(ctx, rows...); err != nil {
+		t.Fatal(err)
+	}
+	c := dialAt(t, url, "alice")
+	c.hello()
+	c.Send(map[string]any{"v": 1, "type": "subscribe", "id": "s", "resource": "hidden_members", "conditions": map[string]any{"board_id": "b"}, "limit": 2})
+	snap, _ := c.Collect("s")
+	var got []string
+	for _, en := range snap {
+		got = append(got, en.Key)
+	}
+	slices.Sort(got)
+	want := []string{`["alice","b"]`, `["u:1","b"]`, `["u:2","b"]`, `["u:4","b"]`, `["u:5","b"]`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("snapshot keys %q, want %q", got, want)
+	}
+	if err := tbl.Upsert(ctx, hiddenMember{UserID: "u:1", BoardID: "b", Hidden: true}); err != nil {
+		t.Fatal(err)
+	}
+	fr := c.Expect(protocol.FrameChanges)
+	if len(fr.Entries) != 1 || fr.Entries[0].Op != "delete" || fr.Entries[0].Key != `["u:1","b"]` {
+		t.Fatalf("a row turned hidden: %+v, want the delete of [\"u:1\",\"b\"]", fr.Entries)
+	}
+}
