@@ -62,7 +62,7 @@ type DependencyCode string
 const (
 	CodeDependencyUnknown   DependencyCode = "dependency_unknown"   // names no registered resource (register it first), or is empty
 	CodeDependencyDuplicate DependencyCode = "dependency_duplicate" // names a resource another dependency of the list names
-	CodeDependencyColumn    DependencyCode = "dependency_column"    // Principal or a Scope key is not the dependency's primary key or a scope column
+	CodeDependencyColumn    DependencyCode = "dependency_column"    // Principal or a Scope key is not a column of the dependency's primary key or a scope column
 	CodeDependencyScope     DependencyCode = "dependency_scope"     // a Scope value is not a scope column of the dependent resource, or is named twice
 	CodeDependencyKind      DependencyCode = "dependency_kind"      // a Scope entry maps columns of different kinds
 )
