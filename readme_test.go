@@ -49,10 +49,6 @@ type (
 	CursorMove struct {
 		X, Y int
 	}
-	Membership struct {
-		ProjectID string `tide:"project_id,pk"`
-		UserID    string `tide:"user_id,pk"`
-	}
 )
 
 func mayWrite(context.Context, authz.Principal, PutArgs) error { return nil }
@@ -152,6 +148,12 @@ func readmePostgres(ctx context.Context, currentUser middleware.PrincipalFunc, m
 
 func readmeDependsOn(e *core.Engine) {
 	// README begins
+	// memberships (user_id, project_id, role), PRIMARY KEY (user_id, project_id)
+	type Membership struct {
+		UserID    string `tide:"user_id,pk"` // a composite key: each part tagged pk, in order
+		ProjectID string `tide:"project_id,pk,scope"`
+		Role      string `tide:"role"`
+	}
 	core.Register(e, core.Resource[Membership]{Table: "memberships"}) // synced, not subscribable
 	core.Register(e, core.Resource[Todo]{
 		Table:     "todos",

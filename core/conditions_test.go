@@ -20,7 +20,7 @@ func condSchema() *feed.Schema {
 			{Name: "n", Kind: protocol.KindUint},
 			{Name: "title", Kind: protocol.KindString},
 		},
-		Key:   0,
+		Keys:  []int{0},
 		Scope: []int{1, 2, 3, 4},
 	}
 }

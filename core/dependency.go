@@ -37,17 +37,19 @@ type Dependency struct {
 	Resource string
 	// Principal, if set, is the column of Resource that holds the id of
 	// the principal a row concerns (a membership's user): a change of the
-	// row re-checks only that principal's subscriptions. It is Resource's
-	// primary key or one of its scope columns, so every change, a delete
-	// included, carries its value whatever the feed keeps of old rows.
+	// row re-checks only that principal's subscriptions. It is a column of
+	// Resource's primary key (a part of a composite key, such as user_id
+	// of a membership keyed by (user_id, board_id)) or one of its scope
+	// columns, so every change, a delete included, carries its value
+	// whatever the feed keeps of old rows.
 	// Zero value: the subscriptions of every principal.
 	Principal string
 	// Scope maps columns of Resource to scope columns of the dependent
 	// resource (a membership's project_id to a todo's project_id): a change
 	// of the row re-checks only the subscriptions whose condition on the
 	// scope column includes the row's value, or that have no condition on
-	// that column. Each key is Resource's primary key or one of its scope
-	// columns, each value a scope column of the dependent resource of the
+	// that column. Each key is a column of Resource's primary key or one
+	// of its scope columns, each value a scope column of the dependent resource of the
 	// same kind, named at most once. Zero value: every scope.
 	Scope map[string]string
 }
@@ -60,7 +62,7 @@ type DependencyCode string
 const (
 	CodeDependencyUnknown   DependencyCode = "dependency_unknown"   // names no registered resource (register it first), or is empty
 	CodeDependencyDuplicate DependencyCode = "dependency_duplicate" // names a resource another dependency of the list names
-	CodeDependencyColumn    DependencyCode = "dependency_column"    // Principal or a Scope key is not the dependency's primary key or a scope column
+	CodeDependencyColumn    DependencyCode = "dependency_column"    // Principal or a Scope key is not a column of the dependency's primary key or a scope column
 	CodeDependencyScope     DependencyCode = "dependency_scope"     // a Scope value is not a scope column of the dependent resource, or is named twice
 	CodeDependencyKind      DependencyCode = "dependency_kind"      // a Scope entry maps columns of different kinds
 )
@@ -93,7 +95,9 @@ type depEdge struct {
 // colRef locates a key or scope column's value in a change.
 type colRef struct {
 	set   bool
-	key   bool // the primary key (Change.Key)
+	key   bool // a part of the primary key (Change.Key)
+	part  int  // its index in Schema.Keys
+	parts int  // len(Schema.Keys): 1, the key is the part's text
 	scope int  // else an index in Change.Scope
 }
 
@@ -101,8 +105,14 @@ func (r colRef) value(c *feed.Change) (string, bool) {
 	switch {
 	case !r.set:
 		return "", false
-	case r.key:
+	case r.key && r.parts == 1:
 		return c.Key, true
+	case r.key:
+		parts, err := protocol.DecodeKey(c.Key, r.parts)
+		if err != nil {
+			return "", false
+		}
+		return parts[r.part], true
 	case r.scope < len(c.Scope):
 		return c.Scope[r.scope], true
 	}
@@ -170,10 +180,11 @@ func resolveDependencies(r *resource, deps []Dependency, registered map[string]*
 	return edges, nil
 }
 
-// keyOrScope finds a primary key or scope column of s by name.
+// keyOrScope finds a primary key column (a part of a composite key
+// included) or a scope column of s by name.
 func keyOrScope(s *feed.Schema, name string) (colRef, protocol.Kind, bool) {
-	if s.KeyColumn().Name == name {
-		return colRef{set: true, key: true}, s.KeyColumn().Kind, true
+	if i := s.KeyIndex(name); i >= 0 {
+		return colRef{set: true, key: true, part: i, parts: len(s.Keys)}, s.KeyColumn(i).Kind, true
 	}
 	if i := s.ScopeIndex(name); i >= 0 {
 		return colRef{set: true, scope: i}, s.ScopeColumn(i).Kind, true

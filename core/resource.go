@@ -16,8 +16,8 @@ import (
 )
 
 // Resource declares a synced table backed by the struct type T. T's fields
-// tagged `tide:"column"` are its columns; exactly one is tagged
-// `tide:"column,pk"`, and any number `tide:"column,scope"` (the columns a
+// tagged `tide:"column"` are its columns; those tagged `tide:"column,pk"`
+// are its primary key, and any number `tide:"column,scope"` (the columns a
 // subscription's conditions may name):
 //
 //	type Todo struct {
@@ -26,6 +26,20 @@ import (
 //		Title     string    `tide:"title"`
 //		UpdatedAt time.Time `tide:"updated_at"`
 //	}
+//
+// A table whose primary key spans several columns tags each of them pk,
+// in the key's order; a column may be both a key part and a scope column:
+//
+//	type Member struct {
+//		UserID  string `tide:"user_id,pk"`
+//		BoardID string `tide:"board_id,pk,scope"`
+//		Role    string `tide:"role"`
+//	}
+//
+// A row's key is one text on the wire, in cursors and in clients' stores:
+// a single key column's value as it is (integers in decimal, bools "true"
+// or "false"), a composite key the JSON array of its parts' texts,
+// ["u1","b7"] (see protocol.EncodeKey; clients build it with client.Key).
 //
 // Supported field types: string, bool, signed and unsigned integers, floats,
 // time.Time, []byte, json.RawMessage, and pointers to the scalar types for
@@ -124,7 +138,7 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	if err := text.ValidIdent(name); err != nil {
 		return nil, fmt.Errorf("%w: register %s: name: %v", ErrInvalidResource, r.Table, err)
 	}
-	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Key: c.Key(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}
+	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Keys: c.Keys(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}
 	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize), dependsOn: slices.Clone(r.DependsOn)}
 	switch {
 	case r.Filter != nil:
@@ -183,6 +197,7 @@ func (t *Table[T]) Name() string { return t.res.schema.Name }
 func (t *Table[T]) Schema() *feed.Schema {
 	s := *t.res.schema
 	s.Columns = append([]protocol.Column(nil), s.Columns...)
+	s.Keys = slices.Clone(s.Keys)
 	s.Scope = append([]int(nil), s.Scope...)
 	s.PrevColumns = slices.Clone(s.PrevColumns)
 	return &s

@@ -54,7 +54,7 @@ func TestRegisterSchema(t *testing.T) {
 	if got := strings.Join(names, ","); got != "id,project_id,owner,title,done,score,at,note,blob,meta,count" {
 		t.Fatalf("columns %s", got)
 	}
-	if s.KeyColumn().Name != "id" || len(s.Scope) != 2 || s.ScopeColumn(0).Name != "project_id" || s.ScopeColumn(1).Name != "owner" {
+	if s.KeyColumn(0).Name != "id" || len(s.Scope) != 2 || s.ScopeColumn(0).Name != "project_id" || s.ScopeColumn(1).Name != "owner" {
 		t.Fatalf("key/scope wrong: %+v", s)
 	}
 	if !s.Columns[7].Nullable || s.Columns[3].Nullable {
@@ -66,9 +66,9 @@ func TestRegisterErrors(t *testing.T) {
 	type noPK struct {
 		Title string `tide:"title"`
 	}
-	type twoPK struct {
-		A string `tide:"a,pk"`
-		B string `tide:"b,pk"`
+	type twoPK struct { // a composite key whose second part cannot be one
+		A string   `tide:"a,pk"`
+		B *float64 `tide:"b,pk"`
 	}
 	type badOpt struct {
 		ID string `tide:"id,primary"`
@@ -114,9 +114,9 @@ func TestRegisterErrors(t *testing.T) {
 		_, err := Register(e, Resource[noPK]{Table: "a"})
 		check(t, err, protocol.ErrNoPrimaryKey, "primary key")
 	})
-	t.Run("two primary keys", func(t *testing.T) {
+	t.Run("a composite key part that is not keyable", func(t *testing.T) {
 		_, err := Register(e, Resource[twoPK]{Table: "a"})
-		check(t, err, protocol.ErrBadTag, "composite")
+		check(t, err, protocol.ErrUnsupportedType, "a primary key column must be a string, integer or bool")
 	})
 	t.Run("unknown tag option", func(t *testing.T) {
 		_, err := Register(e, Resource[badOpt]{Table: "a"})

@@ -41,7 +41,7 @@ type Change struct {
 	Pos      Position
 	Resource string // Schema.Name
 	Op       Op
-	Key      string   // canonical text of the primary key
+	Key      string   // canonical text of the primary key (protocol.EncodeKey of its parts)
 	Scope    []string // canonical text of the scope columns, in Schema.Scope order
 	// Row is the row as a JSON object keyed by column name: the new row for
 	// an upsert, the old row for a delete. Row filters read it; a delete is
@@ -86,7 +86,7 @@ func SameCommit(a, b *Change) bool { return a.Tx != 0 && a.Tx == b.Tx }
 type Mutation struct {
 	Schema *Schema
 	Op     Op
-	Key    string          // canonical text of the primary key
+	Key    string          // canonical text of the primary key (protocol.EncodeKey of its parts)
 	Scope  []string        // scope values of the new row (upserts only; must agree with Row)
 	Row    json.RawMessage // the new row as a JSON object with every column (upserts only)
 }

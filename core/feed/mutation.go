@@ -9,7 +9,8 @@ import (
 
 // Validate reports what is wrong with m for a Writer, or nil: a schema
 // without a name, an unknown op, or an upsert whose scope values do not
-// match the schema or whose row is not a JSON object. Scope and Row of a
+// match the schema or whose row is not a JSON object, or a key that is
+// not the canonical text of a composite key of the schema. Scope and Row of a
 // delete are not looked at. Writers wrap its error in ErrInvalidMutation.
 func (m Mutation) Validate() error {
 	if m.Schema == nil {
@@ -17,6 +18,11 @@ func (m Mutation) Validate() error {
 	}
 	if m.Schema.Name == "" {
 		return errors.New("Schema has no Name")
+	}
+	if len(m.Schema.Keys) > 1 {
+		if _, err := m.Schema.KeyParts(m.Key); err != nil {
+			return fmt.Errorf("%s %q: %w", m.Schema.Name, m.Key, err)
+		}
 	}
 	switch m.Op {
 	case OpDelete:

@@ -9,8 +9,12 @@ type Schema struct {
 	Name    string            // resource name used on the wire
 	Table   string            // table name, optionally schema-qualified ("app.todos")
 	Columns []protocol.Column // declared columns, in struct field order
-	Key     int               // index in Columns of the primary key
-	Scope   []int             // indexes in Columns of the scope columns, in declared order
+	// Keys are the indexes in Columns of the primary key's parts, in
+	// declared order: one for a single-column key, several for a
+	// composite key. A change's Key is protocol.EncodeKey of the parts'
+	// canonical texts.
+	Keys  []int
+	Scope []int // indexes in Columns of the scope columns, in declared order
 	// PrevColumns are the indexes in Columns of what the engine reads of a
 	// row's previous version (Change.Prev): the columns the resource's row
 	// filter reads, in declared order. Empty: the resource has no row
@@ -21,8 +25,27 @@ type Schema struct {
 	Type string
 }
 
-// KeyColumn returns the primary key column.
-func (s *Schema) KeyColumn() protocol.Column { return s.Columns[s.Key] }
+// KeyColumn returns the i-th part of the primary key (i indexes Keys, not
+// Columns).
+func (s *Schema) KeyColumn(i int) protocol.Column { return s.Columns[s.Keys[i]] }
+
+// KeyIndex returns the index in Keys of the named key column, or -1.
+func (s *Schema) KeyIndex(name string) int {
+	for i, c := range s.Keys {
+		if s.Columns[c].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// KeyParts returns the canonical texts of the parts of key, a change's or
+// a mutation's Key: key itself for a single-column key, the decoded parts
+// of a composite one (see protocol.DecodeKey), whose error it returns for
+// a text that is not a key of this schema.
+func (s *Schema) KeyParts(key string) ([]string, error) {
+	return protocol.DecodeKey(key, len(s.Keys))
+}
 
 // ScopeColumn returns the i-th scope column (i indexes Scope, not Columns).
 func (s *Schema) ScopeColumn(i int) protocol.Column { return s.Columns[s.Scope[i]] }

@@ -50,7 +50,7 @@ type fieldCodec struct {
 type RowCodec struct {
 	typ    reflect.Type
 	fields []fieldCodec
-	key    int   // index in fields of the primary key
+	keys   []int // indexes in fields of the primary key's parts, in declared order
 	scope  []int // indexes in fields of scope columns
 	// guesses[i+1] are the fields decodeFast expects after fields[i]
 	// (guesses[0]: first): the next in the order Encode writes the
@@ -84,7 +84,7 @@ func buildCodec(t reflect.Type) (*RowCodec, error) {
 	if t.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("%w: %s is not a struct", ErrUnsupportedType, t)
 	}
-	c := &RowCodec{typ: t, key: -1}
+	c := &RowCodec{typ: t}
 	seen := map[string]string{}
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
@@ -119,17 +119,14 @@ func buildCodec(t reflect.Type) (*RowCodec, error) {
 			return nil, fmt.Errorf("%w: field %s: a %s column must be a string, integer or bool, not %s", ErrUnsupportedType, sf.Name, what, sf.Type)
 		}
 		if spec.PK {
-			if c.key >= 0 {
-				return nil, fmt.Errorf("%w: fields %s and %s are both tagged pk; composite keys are not supported", ErrBadTag, c.fields[c.key].col.Name, spec.Column)
-			}
-			c.key = len(c.fields)
+			c.keys = append(c.keys, len(c.fields))
 		}
 		if spec.Scope {
 			c.scope = append(c.scope, len(c.fields))
 		}
 		c.fields = append(c.fields, fc)
 	}
-	if c.key < 0 {
+	if len(c.keys) == 0 {
 		return nil, fmt.Errorf("%s: %w", t, ErrNoPrimaryKey)
 	}
 	c.guessOrder()
@@ -234,16 +231,27 @@ func (c *RowCodec) Only(cols []int) *RowCodec {
 	return &o
 }
 
-// Key returns the index in Columns of the primary key.
-func (c *RowCodec) Key() int { return c.key }
+// Keys returns the indexes in Columns of the primary key's parts, in
+// declared order: one for a single-column key, several for a composite
+// key. The slice is a copy.
+func (c *RowCodec) Keys() []int { return append([]int(nil), c.keys...) }
 
 // Scope returns the indexes in Columns of the scope columns, in declared
 // order. The slice is a copy.
 func (c *RowCodec) Scope() []int { return append([]int(nil), c.scope...) }
 
-// KeyOf returns the canonical text of v's primary key; v is a value of the
-// codec's struct type.
-func (c *RowCodec) KeyOf(v reflect.Value) string { return keyText(v.Field(c.fields[c.key].field)) }
+// KeyOf returns the canonical text of v's primary key (see EncodeKey); v
+// is a value of the codec's struct type.
+func (c *RowCodec) KeyOf(v reflect.Value) string {
+	if len(c.keys) == 1 {
+		return keyText(v.Field(c.fields[c.keys[0]].field))
+	}
+	parts := make([]string, len(c.keys))
+	for i, fi := range c.keys {
+		parts[i] = keyText(v.Field(c.fields[fi].field))
+	}
+	return EncodeKey(parts...)
+}
 
 // keyText returns the canonical text of a keyable field value.
 func keyText(v reflect.Value) string {
@@ -263,7 +271,7 @@ func keyText(v reflect.Value) string {
 // Encode returns the key, scope values and JSON object of v, a value of the
 // codec's struct type.
 func (c *RowCodec) Encode(v reflect.Value) (key string, scope []string, row []byte, err error) {
-	key = keyText(v.Field(c.fields[c.key].field))
+	key = c.KeyOf(v)
 	scope = make([]string, len(c.scope))
 	for i, fi := range c.scope {
 		scope[i] = keyText(v.Field(c.fields[fi].field))

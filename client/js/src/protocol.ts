@@ -51,6 +51,15 @@ export class ProtocolError extends Error {
 }
 
 type Obj = { [k: string]: unknown };
+/**
+ * A row's key from its primary key's parts, in the resource's declared order: the text the server
+ * sends and a scope's rows are keyed by (docs/protocol.md, "Row keys"). One part is its text:
+ * key("t1") is "t1", key(42) is "42"; several are the JSON array of their texts: key("u1", "b7")
+ * is '["u1","b7"]'. Pass integers beyond 2^53 as bigint or string.
+ */
+export const key = (...parts: Array<string | number | bigint | boolean>): string =>
+  parts.length > 1 ? JSON.stringify(parts.map(String)) : "" + parts;
+
 export const isObj = (x: unknown): x is Obj => typeof x === "object" && x !== null && !Array.isArray(x);
 
 const str = (f: Obj, k: string, opt = false): string => {

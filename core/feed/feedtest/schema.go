@@ -32,7 +32,7 @@ var Items = &feed.Schema{
 		{Name: "done", Kind: protocol.KindBool},
 		{Name: "note", Kind: protocol.KindString, Nullable: true},
 	},
-	Key:   0,
+	Keys:  []int{0},
 	Scope: []int{1, 2},
 }
 
@@ -53,7 +53,7 @@ var Notes = &feed.Schema{
 		{Name: "tenant", Kind: protocol.KindString},
 		{Name: "body", Kind: protocol.KindString},
 	},
-	Key:   0,
+	Keys:  []int{0},
 	Scope: []int{1},
 }
 

@@ -42,7 +42,8 @@ const SeedEnv = "TIDE_SEED"
 const timeout = 2 * time.Minute
 
 // Run runs the feed conformance suite against the feeds h makes. Every
-// subtest takes a fresh feed holding Items and Notes.
+// subtest takes a fresh feed holding Items and Notes, but CompositeKeys,
+// whose feed holds Members.
 func Run(t *testing.T, h Harness) {
 	s := &suite{h: h, seed: seed(t)}
 	if sh, ok := h.(Serial); ok {
@@ -64,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Retention", s.testRetention)
 	t.Run("PruneBeyondHead", s.testPruneBeyondHead)
 	t.Run("TransactWritten", s.testTransactWritten)
+	t.Run("CompositeKeys", s.testCompositeKeys)
 }
 
 type suite struct {
@@ -107,9 +109,15 @@ func (s *suite) setup(t *testing.T) *env {
 	if !s.serial {
 		t.Parallel()
 	}
+	return s.setup0(t, Items, Notes)
+}
+
+// setup0 makes a fresh feed holding schemas.
+func (s *suite) setup0(t *testing.T, schemas ...*feed.Schema) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	t.Cleanup(cancel)
-	f, w := s.h.New(t, Items, Notes)
+	f, w := s.h.New(t, schemas...)
 	if f == nil || w == nil {
 		t.Fatal("feedtest: Harness.New returned a nil feed or writer")
 	}

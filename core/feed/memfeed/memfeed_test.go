@@ -34,7 +34,7 @@ var items = &feed.Schema{
 	Name:    "items",
 	Table:   "items",
 	Columns: []protocol.Column{{Name: "id", Kind: protocol.KindString}, {Name: "tenant", Kind: protocol.KindString}},
-	Key:     0,
+	Keys:    []int{0},
 	Scope:   []int{1},
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tidesync/tide/core/feed"
@@ -68,14 +69,60 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableI
 		if want := fits(d.Kind, c); want != "" {
 			problems = append(problems, fmt.Sprintf("column %s is %s, but %s is %s: %s", d.Name, c.typ, fieldName(d), kindGo(d.Kind), want))
 		}
-		if i == s.Key && !c.unique {
+		if len(s.Keys) == 1 && i == s.Keys[0] && !c.unique {
 			problems = append(problems, fmt.Sprintf("the key column %s (tagged pk) is neither the primary key of %s nor alone in a unique index: declare the table's key, or add a unique index on %s", d.Name, s.Table, d.Name))
+		}
+	}
+	if len(s.Keys) > 1 {
+		p, err := checkCompositeKey(ctx, q, s)
+		if err != nil {
+			return readColumnsError(ctx, q, s, err)
+		}
+		if p != "" {
+			problems = append(problems, p)
 		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%s: %s: %w", declName(s), strings.Join(problems, "; "), ErrMismatch)
 	}
 	return nil
+}
+
+// checkCompositeKey returns "" if the columns of s's composite key are
+// together, and alone, the primary key of its table or the columns of a
+// unique index (in any order: what ON CONFLICT needs), and otherwise the
+// problem.
+func checkCompositeKey(ctx context.Context, q querier, s *feed.Schema) (string, error) {
+	rows, err := q.Query(ctx, `SELECT ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(n, o)
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n
+  WHERE k.o <= i.indnkeyatts ORDER BY a.attname)
+FROM pg_catalog.pg_index i
+WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL`, tableIdent(s.Table))
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, len(s.Keys))
+	for i := range s.Keys {
+		names[i] = s.KeyColumn(i).Name
+	}
+	want := slices.Sorted(slices.Values(names))
+	found := false
+	for rows.Next() {
+		var cols []string
+		if err := rows.Scan(&cols); err != nil {
+			rows.Close()
+			return "", err
+		}
+		found = found || slices.Equal(cols, want)
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	if found {
+		return "", nil
+	}
+	list := strings.Join(names, ", ")
+	return fmt.Sprintf("the key columns %s (tagged pk) are neither the primary key of %s nor together the columns of a unique index: declare the table's key as PRIMARY KEY (%s), or add a unique index on (%s)", list, s.Table, list, list), nil
 }
 
 // readColumnsError describes err, the failure to read the columns of s's

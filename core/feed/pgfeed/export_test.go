@@ -31,8 +31,7 @@ func (f *Feed) SnapshotSQL(ctx context.Context, q feed.SnapshotQuery) (string, [
 	if err != nil {
 		return "", nil, err
 	}
-	sql, args := f.snapshotSQL(p, q, true, false, true)
-	return sql, args, nil
+	return f.snapshotSQL(p, q, true, false, true)
 }
 
 // ListenerPID returns the backend pid of the listening connection, 0 before

@@ -3,6 +3,7 @@ package pgfeed_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,17 +43,18 @@ func sqlType(k protocol.Kind) string {
 // createTable creates the table of s in the pool's schema.
 func createTable(t testing.TB, pool *pgxpool.Pool, s *feed.Schema) {
 	t.Helper()
-	var cols []string
+	var cols, keys []string
 	for i, c := range s.Columns {
 		def := pgx.Identifier{c.Name}.Sanitize() + " " + sqlType(c.Kind)
-		switch {
-		case i == s.Key:
-			def += " PRIMARY KEY"
-		case !c.Nullable:
+		if !c.Nullable || slices.Contains(s.Keys, i) {
 			def += " NOT NULL"
 		}
 		cols = append(cols, def)
 	}
+	for _, k := range s.Keys {
+		keys = append(keys, pgx.Identifier{s.Columns[k].Name}.Sanitize())
+	}
+	cols = append(cols, "PRIMARY KEY ("+strings.Join(keys, ", ")+")")
 	ddl := "CREATE TABLE " + pgx.Identifier(strings.Split(s.Table, ".")).Sanitize() + " (" + strings.Join(cols, ", ") + ")"
 	if _, err := pool.Exec(context.Background(), ddl); err != nil {
 		t.Fatalf("create table %s: %v", s.Table, err)

@@ -453,7 +453,7 @@ var things = &feed.Schema{
 		{Name: "meta", Kind: protocol.KindJSON},
 		{Name: "score", Kind: protocol.KindFloat, Nullable: true},
 	},
-	Key:   0,
+	Keys:  []int{0},
 	Scope: []int{1, 2, 3, 4},
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -35,7 +36,7 @@ type plan struct {
 	table  string    // quoted table name
 	cols   []string  // quoted column names, in Schema.Columns order
 	types  []uint32  // column type OIDs
-	key    string    // quoted key column
+	keys   []string  // quoted key columns, in Schema.Keys order
 	scope  []string  // quoted scope columns
 	resLit string    // resource name as a literal
 	layout string    // what a change row's shape depends on
@@ -46,7 +47,7 @@ type plan struct {
 	// then the canonical text of the key and scope columns that are not
 	// text columns (whose raw values are their text already).
 	snapSel []string
-	keyAt   int   // index in snapSel of the key's text
+	keyAt   int   // index in snapSel of the key's canonical text
 	scopeAt []int // indexes in snapSel of the scope columns' text
 }
 
@@ -127,7 +128,7 @@ func validSchema(s *feed.Schema) error {
 			return fmt.Errorf("pgfeed: resource %s: table: %w", s.Name, err)
 		}
 	}
-	if len(s.Columns) == 0 || s.Key < 0 || s.Key >= len(s.Columns) {
+	if len(s.Columns) == 0 || len(s.Keys) == 0 {
 		return fmt.Errorf("pgfeed: resource %s: no key column", s.Name)
 	}
 	for _, c := range s.Columns {
@@ -135,8 +136,13 @@ func validSchema(s *feed.Schema) error {
 			return fmt.Errorf("pgfeed: resource %s: column: %w", s.Name, err)
 		}
 	}
-	if !s.KeyColumn().Kind.Keyable() {
-		return fmt.Errorf("pgfeed: resource %s: key column %s of kind %s", s.Name, s.KeyColumn().Name, s.KeyColumn().Kind)
+	for i, ci := range s.Keys {
+		if ci < 0 || ci >= len(s.Columns) || slices.Contains(s.Keys[:i], ci) {
+			return fmt.Errorf("pgfeed: resource %s: key part %d is not a column, or is listed twice", s.Name, i)
+		}
+		if !s.Columns[ci].Kind.Keyable() {
+			return fmt.Errorf("pgfeed: resource %s: key column %s of kind %s", s.Name, s.Columns[ci].Name, s.Columns[ci].Kind)
+		}
 	}
 	for i, ci := range s.Scope {
 		if ci < 0 || ci >= len(s.Columns) || !s.Columns[ci].Kind.Keyable() {
@@ -151,7 +157,11 @@ func newPlan(s *feed.Schema, types []uint32) *plan {
 	for _, c := range s.Columns {
 		p.cols = append(p.cols, pgx.Identifier{c.Name}.Sanitize())
 	}
-	p.key = p.cols[s.Key]
+	keyNames := make([]string, len(s.Keys))
+	for i, ci := range s.Keys {
+		p.keys = append(p.keys, p.cols[ci])
+		keyNames[i] = s.Columns[ci].Name
+	}
 	for _, ci := range s.Scope {
 		p.scope = append(p.scope, p.cols[ci])
 	}
@@ -160,7 +170,7 @@ func newPlan(s *feed.Schema, types []uint32) *plan {
 	// change of layout makes older changes of the resource unreadable
 	// (Migrate moves the resource's floor).
 	var lb strings.Builder
-	fmt.Fprintf(&lb, "v1|%s|key=%s|scope=", s.Table, s.KeyColumn().Name)
+	fmt.Fprintf(&lb, "v1|%s|key=%s|scope=", s.Table, strings.Join(keyNames, ","))
 	for i, ci := range s.Scope {
 		if i > 0 {
 			lb.WriteByte(',')
@@ -186,16 +196,20 @@ func newPlan(s *feed.Schema, types []uint32) *plan {
 		} else {
 			sel[i] = "r." + c
 		}
-		if i != s.Key {
+		if !slices.Contains(s.Keys, i) {
 			set = append(set, c+" = EXCLUDED."+c)
 		}
 	}
 	if len(set) == 0 {
-		set = []string{p.key + " = EXCLUDED." + p.key} // still an update, so still captured
+		set = []string{p.keys[0] + " = EXCLUDED." + p.keys[0]} // still an update, so still captured
 	}
 	p.upsert = "INSERT INTO " + p.table + " AS t (" + strings.Join(p.cols, ", ") + ") SELECT " + strings.Join(sel, ", ") +
-		" FROM jsonb_populate_record(NULL::" + p.table + ", $1::jsonb) r ON CONFLICT (" + p.key + ") DO UPDATE SET " + strings.Join(set, ", ")
-	p.delete = "DELETE FROM " + p.table + " WHERE " + p.key + " = $1"
+		" FROM jsonb_populate_record(NULL::" + p.table + ", $1::jsonb) r ON CONFLICT (" + strings.Join(p.keys, ", ") + ") DO UPDATE SET " + strings.Join(set, ", ")
+	match := make([]string, len(p.keys))
+	for i, k := range p.keys {
+		match[i] = k + " = $" + strconv.Itoa(i+1)
+	}
+	p.delete = "DELETE FROM " + p.table + " WHERE " + strings.Join(match, " AND ")
 	p.snap = p.snapshotColumns()
 	for _, c := range p.snap {
 		p.snapSel = append(p.snapSel, c.expr)
@@ -211,7 +225,12 @@ func newPlan(s *feed.Schema, types []uint32) *plan {
 		p.snapSel = append(p.snapSel, "t."+p.cols[col]+"::text")
 		return len(p.snapSel) - 1
 	}
-	p.keyAt = textAt(s.Key)
+	if len(s.Keys) == 1 {
+		p.keyAt = textAt(s.Keys[0])
+	} else {
+		p.snapSel = append(p.snapSel, p.keyExpr("t"))
+		p.keyAt = len(p.snapSel) - 1
+	}
 	for _, ci := range s.Scope {
 		p.scopeAt = append(p.scopeAt, textAt(ci))
 	}
@@ -277,10 +296,50 @@ func (p *plan) objectExpr(alias string, cols []int) string {
 	return strings.Join(parts, " || ")
 }
 
-// keyExpr renders the canonical text of the row alias's key: Postgres's text
-// output of the column, which equals core's canonical text for text,
-// integer and boolean columns.
-func (p *plan) keyExpr(alias string) string { return alias + "." + p.key + "::text" }
+// keyExpr renders the canonical text of the row alias's key (see
+// protocol.EncodeKey): Postgres's text output of the key column, which
+// equals core's canonical text for text, integer and boolean columns; for
+// a composite key, the JSON array of its columns' texts, each a JSON
+// string as to_json writes it (which escapes exactly as EncodeKey does),
+// with no spaces.
+func (p *plan) keyExpr(alias string) string {
+	if len(p.keys) == 1 {
+		return alias + "." + p.keys[0] + "::text"
+	}
+	parts := make([]string, len(p.keys))
+	for i, k := range p.keys {
+		parts[i] = "pg_catalog.to_json(" + alias + "." + k + "::text)::text"
+	}
+	return "('[' || " + strings.Join(parts, " || ',' || ") + " || ']')"
+}
+
+// keyOrder renders the snapshot order of the row alias: by its key
+// columns, in declared order, which the primary key makes total.
+func (p *plan) keyOrder(alias string) string {
+	cols := make([]string, len(p.keys))
+	for i, k := range p.keys {
+		cols[i] = alias + "." + k
+	}
+	return strings.Join(cols, ", ")
+}
+
+// afterKey returns the condition selecting the rows of the alias t whose
+// key comes after key in keyOrder, adding its parameters to args.
+func (p *plan) afterKey(key string, args []any) (string, []any, error) {
+	parts, err := p.s.KeyParts(key)
+	if err != nil {
+		return "", args, fmt.Errorf("pgfeed: resource %s: snapshot after key %q: %w", p.s.Name, key, err)
+	}
+	params := make([]string, len(parts))
+	for i, v := range parts {
+		args = append(args, v)
+		params[i] = "$" + strconv.Itoa(len(args))
+	}
+	if len(parts) == 1 {
+		return "t." + p.keys[0] + " > " + params[0], args, nil
+	}
+	return "(" + p.keyOrder("t") + ") > (" + strings.Join(params, ", ") + ")", args, nil
+}
 
 // scopeExpr renders the canonical text of the row alias's scope columns.
 func (p *plan) scopeExpr(alias string) string {

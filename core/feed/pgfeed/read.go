@@ -233,7 +233,10 @@ func (f *Feed) snapshotPage(ctx context.Context, q querier, p *plan, sq feed.Sna
 // reports whether it returned any row at all (the flat statement returns
 // none for an empty page, so no head either).
 func (f *Feed) readSnapshot(ctx context.Context, q querier, p *plan, sq feed.SnapshotQuery, typed, sequence, flat bool) (page feed.SnapshotPage, count int64, found bool, err error) {
-	sql, args := f.snapshotSQL(p, sq, typed, sequence, flat)
+	sql, args, err := f.snapshotSQL(p, sq, typed, sequence, flat)
+	if err != nil {
+		return feed.SnapshotPage{}, 0, false, err
+	}
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return feed.SnapshotPage{}, 0, false, err
@@ -346,12 +349,15 @@ const snapFixed = 3
 // of the head so that an empty page still reports it, and sorts again. The
 // flat one is read first; an empty page, or one read with sequence (whose
 // moves must be counted even without rows), is read by the other.
-func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence, flat bool) (string, []any) {
+func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence, flat bool) (string, []any, error) {
 	args := []any{q.Limit}
 	where, args := p.rowsWhere(q.Scope, typed, args)
 	if q.HasAfter {
-		args = append(args, q.After)
-		where = append(where, "t."+p.key+" > $"+strconv.Itoa(len(args)))
+		after, a, err := p.afterKey(q.After, args)
+		if err != nil {
+			return "", nil, err
+		}
+		where, args = append(where, after), a
 	}
 	cond := ""
 	if len(where) > 0 {
@@ -359,7 +365,7 @@ func (f *Feed) snapshotSQL(p *plan, q feed.SnapshotQuery, typed, sequence, flat 
 	}
 	if flat {
 		return `SELECT ` + f.n.headExpr + `, ` + f.n.pendingExpr() + `, true, ` + strings.Join(p.snapSel, ", ") + `
-FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1`, args
+FROM ` + p.table + ` t` + cond + ` ORDER BY ` + p.keyOrder("t") + ` LIMIT $1`, args, nil
 	}
 	head, count := "h.head", f.n.pendingExpr()
 	with := ""
@@ -372,11 +378,17 @@ FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1`, args
 		inner[j] = e + " AS c" + strconv.Itoa(j)
 		outer[j] = "r.c" + strconv.Itoa(j)
 	}
-	sql := with + `SELECT ` + head + `, ` + count + `, r.sk IS NOT NULL, ` + strings.Join(outer, ", ") + `
+	sk := make([]string, len(p.keys))
+	rsk := make([]string, len(p.keys))
+	for i, k := range p.keys {
+		sk[i] = "t." + k + " AS sk" + strconv.Itoa(i)
+		rsk[i] = "r.sk" + strconv.Itoa(i)
+	}
+	sql := with + `SELECT ` + head + `, ` + count + `, r.sk0 IS NOT NULL, ` + strings.Join(outer, ", ") + `
 FROM (SELECT ` + f.n.headExpr + ` AS head) h
-LEFT JOIN LATERAL (SELECT ` + strings.Join(inner, ", ") + `, t.` + p.key + ` AS sk
- FROM ` + p.table + ` t` + cond + ` ORDER BY t.` + p.key + ` LIMIT $1) r ON true ORDER BY r.sk`
-	return sql, args
+LEFT JOIN LATERAL (SELECT ` + strings.Join(inner, ", ") + `, ` + strings.Join(sk, ", ") + `
+ FROM ` + p.table + ` t` + cond + ` ORDER BY ` + p.keyOrder("t") + ` LIMIT $1) r ON true ORDER BY ` + strings.Join(rsk, ", ")
+	return sql, args, nil
 }
 
 // rowsWhere returns the conditions (to be joined with AND) selecting the

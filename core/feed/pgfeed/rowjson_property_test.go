@@ -166,7 +166,7 @@ func TestSnapshotRowsMatchChanges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seedOf(t), 1))
 	pool, name := testenv.PostgresSchema(t)
 	ctx := testCtx(t)
-	schema := &feed.Schema{Name: "mixed", Table: "mixed", Key: 0}
+	schema := &feed.Schema{Name: "mixed", Table: "mixed", Keys: []int{0}}
 	var defs []string
 	for _, c := range mixedCols {
 		schema.Columns = append(schema.Columns, protocol.Column{Name: c.name, Kind: c.kind, Nullable: c.gen != nil})

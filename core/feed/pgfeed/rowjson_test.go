@@ -22,7 +22,7 @@ func testSchema() *feed.Schema {
 	return &feed.Schema{Name: "items", Table: "items", Columns: []protocol.Column{
 		{Name: "id", Kind: protocol.KindString}, {Name: "scope", Kind: protocol.KindString}, {Name: "tenant", Kind: protocol.KindString},
 		{Name: "body", Kind: protocol.KindString}, {Name: "sent_ns", Kind: protocol.KindInt},
-	}, Key: 0, Scope: []int{1}}
+	}, Keys: []int{0}, Scope: []int{1}}
 }
 
 // FuzzCompactJSON: for valid JSON, compactJSON is encoding/json.Compact;

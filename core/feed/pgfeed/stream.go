@@ -79,8 +79,11 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	}
 	where, args := p.rowsWhere(q.Scope, typed, nil)
 	if q.HasAfter {
-		args = append(args, q.After)
-		where = append(where, "t."+p.key+" > $"+strconv.Itoa(len(args)))
+		after, a, err := p.afterKey(q.After, args)
+		if err != nil {
+			return false, err
+		}
+		where, args = append(where, after), a
 	}
 	cond := ""
 	if len(where) > 0 {
@@ -90,7 +93,7 @@ func (f *Feed) streamSnapshot(ctx context.Context, p *plan, q feed.SnapshotQuery
 	// are decoded and sent); it reads at most streamPages pages, after
 	// which the caller goes on with another transaction.
 	args = append(args, q.Limit*streamPages)
-	rows, err := tx.Query(ctx, `SELECT `+strings.Join(p.snapSel, ", ")+` FROM `+p.table+` t`+cond+` ORDER BY t.`+p.key+` LIMIT $`+strconv.Itoa(len(args)), args...)
+	rows, err := tx.Query(ctx, `SELECT `+strings.Join(p.snapSel, ", ")+` FROM `+p.table+` t`+cond+` ORDER BY `+p.keyOrder("t")+` LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return false, err
 	}

@@ -115,7 +115,7 @@ var todoSchema = &feed.Schema{
 		{Name: "project_id", Kind: protocol.KindString},
 		{Name: "title", Kind: protocol.KindString},
 	},
-	Key:   0,
+	Keys:  []int{0},
 	Scope: []int{1},
 }
 

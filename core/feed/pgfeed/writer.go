@@ -87,13 +87,25 @@ func (f *Feed) applyIn(ctx context.Context, tx pgx.Tx, muts []feed.Mutation) err
 		if m.Op == feed.OpUpsert {
 			_, err = tx.Exec(ctx, p.upsert, string(m.Row))
 		} else {
-			_, err = tx.Exec(ctx, p.delete, m.Key)
+			var parts []string
+			if parts, err = m.Schema.KeyParts(m.Key); err == nil {
+				_, err = tx.Exec(ctx, p.delete, anys(parts)...)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("%s %s %q: %w", m.Schema.Name, m.Op, m.Key, err)
 		}
 	}
 	return nil
+}
+
+// anys returns ss as arguments of a statement.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // validate reports what is wrong with m for this feed, or nil.

@@ -8,15 +8,15 @@
 // missing, in the schema of DATABASE_URL's search_path):
 //
 //	boards(id)                                  b1 … b4, created at first boot
-//	board_members(id, user_id, board_id)        who may see a board's cards
+//	board_members(user_id, board_id)            who may see a board's cards
 //	cards(id, board_id, title, updated_at)      the synced resource
 //	applied(key, principal, name, card_id, title, effective, seq)
 //
 // board_members is a synced resource with no policy (no client may
 // subscribe to it) so that its changes are captured and re-run the cards
 // policy (Resource.DependsOn): deleting a member ends that user's card
-// subscriptions of the board with forbidden. tide's resources have a
-// single-column key, so the table has id, generated from the pair.
+// subscriptions of the board with forbidden. Its primary key is the pair
+// (user_id, board_id), declared as it is: a composite key.
 //
 // applied is the mutations ledger: every mutator that commits inserts one
 // row (its mutation id, "mid", which the page sets to the idempotency key,
@@ -69,9 +69,8 @@ type Card struct {
 // Member is a row of board_members, synced only so that the cards policy is
 // re-checked when it changes.
 type Member struct {
-	ID      string `tide:"id,pk"`
-	UserID  string `tide:"user_id,scope"`
-	BoardID string `tide:"board_id,scope"`
+	UserID  string `tide:"user_id,pk"`
+	BoardID string `tide:"board_id,pk,scope"`
 }
 
 const schemaSQL = `
@@ -79,7 +78,7 @@ CREATE TABLE IF NOT EXISTS boards (id text PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS board_members (
   user_id text NOT NULL,
   board_id text NOT NULL REFERENCES boards(id),
-  id text GENERATED ALWAYS AS (user_id || ':' || board_id) STORED PRIMARY KEY);
+  PRIMARY KEY (user_id, board_id));
 CREATE TABLE IF NOT EXISTS cards (
   id text PRIMARY KEY,
   board_id text NOT NULL REFERENCES boards(id),
