@@ -192,6 +192,13 @@ var (
 // itself is unknown, one that marshals to text a string. A type met again
 // inside itself (a recursive type) is unknown there.
 func tsOf(t reflect.Type, indent string, seen []reflect.Type) (string, error) {
+	if t.Kind() == reflect.Pointer {
+		s, err := tsOf(t.Elem(), indent, seen)
+		if err != nil || s == "unknown" {
+			return s, err
+		}
+		return s + " | null", nil
+	}
 	switch {
 	case t == typeTime:
 		return "string", nil
@@ -215,12 +222,6 @@ func tsOf(t reflect.Type, indent string, seen []reflect.Type) (string, error) {
 		return "string", nil
 	case reflect.Interface:
 		return "unknown", nil
-	case reflect.Pointer:
-		s, err := tsOf(t.Elem(), indent, seen)
-		if err != nil || s == "unknown" {
-			return s, err
-		}
-		return s + " | null", nil
 	case reflect.Slice, reflect.Array:
 		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
 			return "string", nil // base64

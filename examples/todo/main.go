@@ -270,7 +270,7 @@ const generateCommand = "go generate ./examples/todo"
 // to w, from an engine built in memory.
 func writeTypeScript(ctx context.Context, w io.Writer) error {
 	a := &app{}
-	td, err := tide.Open(ctx, nil, tide.Config{}, a.register)
+	td, err := tide.Open(ctx, nil, tide.Config{Engine: core.Config{Logger: slog.New(slog.DiscardHandler)}}, a.register)
 	if err != nil {
 		return err
 	}
