@@ -79,7 +79,6 @@ type tsAddCard struct {
 	Any     any               `json:"any,omitempty"`
 	Nested  struct{ N []int } `json:"nested"`
 	Skip    string            `json:"-"`
-	hidden  int
 }
 
 // tsAddCardName is tsAddCard with title renamed name.
