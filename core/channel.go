@@ -59,6 +59,7 @@ type channel struct {
 	sub, pub authz.Policy
 	presence bool
 	validate func(data json.RawMessage) error // nil: any JSON
+	msg      reflect.Type                     // T, for Engine.TypeScript
 }
 
 // RegisterChannel declares a channel on the engine. It returns an error
@@ -77,6 +78,7 @@ func RegisterChannel[T any](e *Engine, ch Channel[T]) error {
 		c.name = ch.Name
 	}
 	c.sub, c.pub, c.presence = guardPolicy(ch.Subscribe), guardPolicy(ch.Publish), ch.Presence
+	c.msg = reflect.TypeFor[T]()
 	if t := reflect.TypeFor[T](); t != reflect.TypeFor[json.RawMessage]() {
 		c.validate = func(data json.RawMessage) error {
 			var v T

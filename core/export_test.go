@@ -2,7 +2,10 @@ package core
 
 import (
 	"context"
+	"reflect"
 	"time"
+
+	"github.com/tidesync/tide/core/protocol"
 )
 
 // SetAdvanceWait sets how often a connection waiting to advance its
@@ -22,3 +25,9 @@ func SetRetrySleep(e *Engine, sleep func(ctx context.Context, d time.Duration) b
 // AwaitReady waits until the engine serves subscriptions (its tailer reads
 // the feed), or ctx ends.
 func AwaitReady(ctx context.Context, e *Engine) error { return e.awaitReady(ctx) }
+
+// TSKind returns the TypeScript type of a column of kind k ("": none).
+func TSKind(k protocol.Kind) string { return tsKinds[k] }
+
+// TSOf returns the TypeScript type of v's JSON form.
+func TSOf(v any) (string, error) { return tsOf(reflect.TypeOf(v), "", nil) }

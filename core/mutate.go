@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/tidesync/tide/authz"
@@ -41,6 +42,7 @@ type Mutator[A any] struct {
 
 // mutator is a Mutator with its argument type erased.
 type mutator struct {
+	args      reflect.Type // A, for Engine.TypeScript
 	decode    func(json.RawMessage) (any, error)
 	authorize func(context.Context, authz.Principal, any) error // nil: deny
 	run       func(context.Context, *Tx, any) error
@@ -58,6 +60,7 @@ func AddMutator[T, A any](t *Table[T], name string, m Mutator[A]) error {
 		return fmt.Errorf("%w: mutator %s.%s: Run is required", ErrInvalidResource, t.Name(), name)
 	}
 	mu := &mutator{
+		args: reflect.TypeFor[A](),
 		decode: func(raw json.RawMessage) (any, error) {
 			var a A
 			if len(raw) == 0 {

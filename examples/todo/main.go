@@ -23,6 +23,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	_ "embed"
@@ -70,7 +71,20 @@ var page = strings.ReplaceAll(indexHTML, "{{CLIENT_JS}}", middleware.ClientJSPat
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address (a free port is picked if it is taken)")
+	typescript := flag.String("typescript", "", "write the TypeScript types of the demo's resources to this file, and exit")
 	flag.Parse()
+	if *typescript != "" {
+		var b bytes.Buffer
+		if err := writeTypeScript(context.Background(), &b); err != nil {
+			fmt.Fprintln(os.Stderr, "todo:", err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(*typescript, b.Bytes(), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "todo:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -134,20 +148,7 @@ func run(ctx context.Context, addr string, log *slog.Logger, ready func(url stri
 	// the capture of every resource, safe on every boot and from several
 	// nodes at once, and start the engine: commits get their positions,
 	// and old changes are pruned, whether or not a browser is connected.
-	td, err := tide.Open(ctx, pool, tide.Config{Engine: cfg, Feed: pgfeed.Options{Logger: log, Schema: os.Getenv("TIDE_FEED_SCHEMA")}},
-		func(engine *core.Engine) error {
-			todos, err := core.Register(engine, core.Resource[Todo]{Table: "todos", Authorize: projectMember})
-			if err != nil {
-				return err
-			}
-			app.todos = todos
-			// Who is viewing a project: an app channel with presence, open to
-			// the project's members (the same policy as the todos).
-			if err := core.RegisterChannel(engine, core.Channel[json.RawMessage]{Pattern: "project:{project_id}", Subscribe: projectMember, Presence: true}); err != nil {
-				return err
-			}
-			return app.addMutators()
-		})
+	td, err := tide.Open(ctx, pool, tide.Config{Engine: cfg, Feed: pgfeed.Options{Logger: log, Schema: os.Getenv("TIDE_FEED_SCHEMA")}}, app.register)
 	if err != nil {
 		return err
 	}
@@ -241,6 +242,40 @@ func projectMember(_ context.Context, r authz.Request) error {
 		}
 	}
 	return authz.ErrForbidden
+}
+
+// register declares the demo's resources, mutators and channels on
+// engine: what the server syncs, and what web/tide.gen.ts describes.
+func (a *app) register(engine *core.Engine) error {
+	todos, err := core.Register(engine, core.Resource[Todo]{Table: "todos", Authorize: projectMember})
+	if err != nil {
+		return err
+	}
+	a.todos = todos
+	// Who is viewing a project: an app channel with presence, open to
+	// the project's members (the same policy as the todos).
+	if err := core.RegisterChannel(engine, core.Channel[json.RawMessage]{Pattern: "project:{project_id}", Subscribe: projectMember, Presence: true}); err != nil {
+		return err
+	}
+	return a.addMutators()
+}
+
+// generateCommand regenerates web/tide.gen.ts, the TypeScript types of
+// what register declares (go generate runs it in this directory).
+const generateCommand = "go generate ./examples/todo"
+
+//go:generate go run . -typescript web/tide.gen.ts
+
+// writeTypeScript writes the TypeScript types of the demo's declarations
+// to w, from an engine built in memory.
+func writeTypeScript(ctx context.Context, w io.Writer) error {
+	a := &app{}
+	td, err := tide.Open(ctx, nil, tide.Config{Engine: core.Config{Logger: slog.New(slog.DiscardHandler)}}, a.register)
+	if err != nil {
+		return err
+	}
+	defer td.Close(ctx)
+	return td.Engine.TypeScript(w, generateCommand)
 }
 
 type app struct {

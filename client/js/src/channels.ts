@@ -13,10 +13,10 @@ export interface TopicSnapshot {
   error?: Problem;
 }
 
-/** A joined topic. Bind a UI with subscribe/getSnapshot, like Scope. */
-export class Topic extends Subscribable<TopicSnapshot> {
+/** A joined topic; M is its message type, P its presence state type. Bind a UI with subscribe/getSnapshot, like Scope. */
+export class Topic<M = unknown, P = unknown> extends Subscribable<TopicSnapshot> {
   /** @internal */ members_ = new Map<string, Member>();
-  /** @internal */ handlers_ = new Set<(data: unknown, from: string) => void>();
+  /** @internal */ handlers_ = new Set<{ f(data: M, from: string): void }["f"]>();
   /** @internal */ left_?: boolean;
 
   /** @internal */
@@ -29,18 +29,18 @@ export class Topic extends Subscribable<TopicSnapshot> {
   }
 
   /** Calls fn with every message of the topic; returns its remover. */
-  onMessage(fn: (data: unknown, from: string) => void): () => void {
+  onMessage(fn: (data: M, from: string) => void): () => void {
     this.handlers_.add(fn);
     return () => this.handlers_.delete(fn);
   }
 
   /** Sends data to every subscriber; false when offline (nothing is queued). */
-  publish(data: unknown): boolean {
+  publish(data: M): boolean {
     return this.wire_({ type: "publish", topic: this.name, data });
   }
 
   /** Replaces this client's presence state: sent now, and on every rejoin. */
-  setState(state: unknown) {
+  setState(state: P) {
     this.state_ = state;
     this.wire_({ type: "presence-update", topic: this.name, state });
   }
@@ -69,7 +69,7 @@ export class Topic extends Subscribable<TopicSnapshot> {
   /** @internal */
   apply_(f: ServerFrame) {
     if (f.type === "message") {
-      for (const h of this.handlers_) h(f.data, f.from ?? "");
+      for (const h of this.handlers_) h(f.data as M, f.from ?? "");
       return;
     }
     const m = this.members_;

@@ -11,6 +11,7 @@ import { digestOf, FATAL_SUB_CODES, names, randomHex, record, Scope } from "./sc
 import { frameOf, handle, localOps, type Handle, type MutateOptions, type Mutation, type Result } from "./queue.js";
 import { Topic } from "./channels.js";
 import { Subscribable } from "./subscribable.js";
+import type { ArgsOf, ConditionsOf, MessageOf, MutateRest, MutatorName, PresenceOf, ResourceName, RowOf, TideSchema, TopicName } from "./schema.js";
 import { pollAll, pollScope, postAll } from "./poll.js";
 
 /** The connection's status for the UI. */
@@ -75,9 +76,14 @@ export interface Options {
 
 type Frame = { [k: string]: unknown };
 
-/** Creates a client; it connects at once and reconnects until close(). */
-export function createClient(opts: Options = {}): Client {
-  return new Client(opts);
+/**
+ * Creates a client; it connects at once and reconnects until close(). With
+ * the app's generated schema, createClient<Schema>(), scope, mutate and
+ * topic check resource, column, mutator and topic names and types at
+ * compile time (docs/types.md).
+ */
+export function createClient<S extends TideSchema = TideSchema>(opts: Options = {}): Client<S> {
+  return new Client<S>(opts);
 }
 
 /** Rejects that ask for the mutation to be sent again later, with the same key (rate_limited: too many of this user's mutations wait on the server). */
@@ -88,8 +94,8 @@ const LIFECYCLE_CLOSES = [1001, 1012, 1013, 4002];
 const CONNECT_TIMEOUT = 10000;
 const DEFAULT_MAX_FRAME = 65536;
 
-/** A tide client: scopes, mutations and topics over one connection. */
-export class Client {
+/** A tide client: scopes, mutations and topics over one connection; S is the app's schema (TideSchema: any). */
+export class Client<S extends TideSchema = TideSchema> {
   /** The connection's status as a subscribe/getSnapshot pair. */
   readonly status = new Subscribable<Status>({ state: "connecting", pending: 0, transport: "ws" });
   /** @internal */ o_: Required<Pick<Options, "pollInterval" | "minBackoff" | "maxBackoff" | "transport">> & Options;
@@ -200,7 +206,7 @@ export class Client {
     if (this.isTrusted_) return;
     this.isTrusted_ = true;
     await this.loadQueue_();
-    if (this.o_.resume !== false) for (const r of (await this.store_.listScopes?.()) ?? []) this.scope(r.resources ?? r.resource, r.conditions);
+    if (this.o_.resume !== false) for (const r of (await this.store_.listScopes?.()) ?? []) (this as Client).scope(r.resources ?? r.resource, r.conditions);
     this.trust_();
   }
 
@@ -330,13 +336,14 @@ export class Client {
    * cursor, whose transactions arrive whole. The scope is followed until
    * forget: a client started again on the same store resumes it.
    */
-  scope(resource: string | string[], conditions?: Conditions): Scope {
+  scope<R extends ResourceName<S>>(resource: R | R[], conditions?: ConditionsOf<S, R>): Scope<RowOf<S, R>>;
+  scope(resource: string | string[], conditions?: object): Scope {
     const list = [...new Set(typeof resource === "string" ? [resource] : resource)].sort();
     if (!list.length) throw new Error("tide: no resource");
-    const cj = canonicalConditions(conditions);
+    const cj = canonicalConditions(conditions as Conditions | undefined);
     const key = list + "\u0000" + cj;
     for (const s of this.scopes_) if (s.key_ === key) return s;
-    const s = new Scope(this, key, list[0]!, conditions, cj, list.length > 1 ? list : undefined);
+    const s = new Scope(this, key, list[0]!, conditions as Conditions | undefined, cj, list.length > 1 ? list : undefined);
     this.scopes_.add(s);
     return s;
   }
@@ -355,6 +362,7 @@ export class Client {
   }
 
   /** Joins a topic (or returns the one joined), with a presence state. */
+  topic<N extends TopicName<S>>(name: N, opts?: { state?: PresenceOf<S, N> }): Topic<MessageOf<S, N>, PresenceOf<S, N>>;
   topic(name: string, opts: { state?: unknown } = {}): Topic {
     let t = this.topics_.get(name);
     if (!t) {
@@ -449,6 +457,7 @@ export class Client {
    * server's max_frame_bytes: frame_too_large) is refused at once: its
    * result rejects with a RejectError, nothing is queued or applied.
    */
+  mutate<R extends ResourceName<S>, M extends MutatorName<S, R>>(resource: R, name: M, ...rest: MutateRest<ArgsOf<S, R, M>>): Mutation;
   mutate(resource: string, name: string, args: unknown = {}, mo: MutateOptions = {}): Mutation {
     const key = mo.key ?? randomHex();
     if (!key || key.length > 128) throw new Error("tide: bad key");
@@ -817,7 +826,7 @@ export class Client {
     }
   }
 
-  /** @internal */ subscribeScope_(s: Scope) {
+  /** @internal */ subscribeScope_(s: Scope): void {
     if (!s.loaded_ || s.stopped_) return;
     if (this.status.s_.transport === "poll") return pollScope(this, s);
     if (!this.welcomed_) return;
@@ -886,7 +895,7 @@ export class Client {
     this.flush_();
   }
 
-  /** @internal */ async onError_(f: { id?: string; code: string; message: string; detail?: string }) {
+  /** @internal */ async onError_(f: { id?: string; code: string; message: string; detail?: string }): Promise<void> {
     const err = problemOf(f);
     this.error_(new TideError(f.code, f.message, f.detail));
     if (!f.id) {

@@ -5,13 +5,13 @@
 // so a component keeps working across errors, retry(), a principal change
 // and clearLocalData(): the Scope object never changes, its snapshots do.
 import { useCallback, useMemo, useRef, useState, useSyncExternalStore } from "react";
-import type { Client, Conditions, MutateOptions, Mutation, Scope, ScopeSnapshot, Status, TideError } from "./index.js";
+import type { ArgsOf, Client, ConditionsOf, MutateOptions, Mutation, MutatorName, ResourceName, Row, RowOf, Scope, ScopeSnapshot, Status, TideError, TideSchema } from "./index.js";
 
-/** What useScope returns: the scope's snapshot, its retry, and the Scope. */
-export interface ScopeView extends ScopeSnapshot {
+/** What useScope returns: the scope's snapshot, its retry, and the Scope; R is the row type. */
+export interface ScopeView<R extends Row = Row> extends ScopeSnapshot<R> {
   /** Subscribes the scope again from no cursor (after an error, once access is back): Scope.retry. */
   readonly retry: () => void;
-  readonly scope: Scope;
+  readonly scope: Scope<R>;
 }
 
 /**
@@ -20,7 +20,7 @@ export interface ScopeView extends ScopeSnapshot {
  * changes. The scope stays followed after the component unmounts (other
  * components share it); client.forget(scope) ends it.
  */
-export function useScope(client: Client, resource: string | string[], conditions?: Conditions): ScopeView {
+export function useScope<S extends TideSchema, R extends ResourceName<S>>(client: Client<S>, resource: R | R[], conditions?: ConditionsOf<S, R>): ScopeView<RowOf<S, R>> {
   const key = JSON.stringify([resource, conditions ?? null]);
   // eslint-disable-next-line react-hooks/exhaustive-deps -- the scope is the same for the same key
   const scope = useMemo(() => client.scope(resource, conditions), [client, key]);
@@ -43,18 +43,29 @@ export interface MutationView<A> {
   readonly reset: () => void;
 }
 
+/** The arguments useMutation's mutate takes: A if given, else the mutator's arguments in the client's schema. */
+export type HookArgs<A, S extends TideSchema, R extends ResourceName<S>, M extends MutatorName<S, R>> = [A] extends [never] ? ArgsOf<S, R, M> : A;
+
 /**
  * useMutation binds one mutator: mutate(args) runs it (optimistically, with
  * the options options(args) returns, e.g. {local}), and error holds the last
- * refusal, for the component to show. mutate and reset are stable.
+ * refusal, for the component to show. mutate and reset are stable. With a
+ * client of a schema (createClient<Schema>()) the resource, the mutator and
+ * its arguments are checked against it; A, if given, is the arguments'
+ * type instead.
  */
-export function useMutation<A>(client: Client, resource: string, name: string, options?: (args: A) => MutateOptions): MutationView<A> {
+export function useMutation<A = never, S extends TideSchema = TideSchema, R extends ResourceName<S> = ResourceName<S>, M extends MutatorName<S, R> = MutatorName<S, R>>(
+  client: Client<S>,
+  resource: R,
+  name: M,
+  options?: (args: HookArgs<A, S, R, M>) => MutateOptions,
+): MutationView<HookArgs<A, S, R, M>> {
   const [error, setError] = useState<TideError | null>(null);
   const opts = useRef(options);
   opts.current = options;
   const mutate = useCallback(
-    (args: A) => {
-      const m = client.mutate(resource, name, args, opts.current?.(args));
+    (args: HookArgs<A, S, R, M>) => {
+      const m = (client as Client).mutate(resource, name, args, opts.current?.(args));
       m.result.catch((e: TideError) => setError(e));
       return m;
     },

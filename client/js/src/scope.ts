@@ -9,10 +9,10 @@ import { Subscribable } from "./subscribable.js";
 /** A scope's state: loading (nothing yet), cached (rows from the store), catching-up, live, error. */
 export type ScopeState = "loading" | "cached" | "catching-up" | "live" | "error";
 
-/** What a scope's subscribe/getSnapshot pair hands the UI. */
-export interface ScopeSnapshot {
-  readonly rows: readonly Row[];
-  readonly byKey: ReadonlyMap<string, Row>;
+/** What a scope's subscribe/getSnapshot pair hands the UI; R is the row type (with a schema: the resource's row). */
+export interface ScopeSnapshot<R extends Row = Row> {
+  readonly rows: readonly R[];
+  readonly byKey: ReadonlyMap<string, R>;
   readonly state: ScopeState;
   /** Why the scope is in state error: code, message (presentable) and detail (for developers). */
   readonly error?: Problem;
@@ -43,8 +43,8 @@ export async function digestOf(names: string[], condJSON: string): Promise<strin
   return hex(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(head + "\u0000" + (condJSON || "{}")))));
 }
 
-/** A synced scope: its rows and state as a subscribe/getSnapshot pair. */
-export class Scope extends Subscribable<ScopeSnapshot> {
+/** A synced scope: its rows and state as a subscribe/getSnapshot pair; R is the row type. */
+export class Scope<R extends Row = Row> extends Subscribable<ScopeSnapshot<R>> {
   /** @internal */ copy_: ScopeCopy | null = null;
   /** @internal Its stored record was loaded: it may be subscribed. */ loaded_?: boolean;
   /** @internal The current subscription id. */ sub_ = "";
@@ -79,7 +79,7 @@ export class Scope extends Subscribable<ScopeSnapshot> {
     const view = this.copy_?.view_ ?? new Map<string, Row>();
     const st = state ?? snap.state;
     const err = st === "error" ? (error ?? snap.error) : undefined;
-    if (view !== snap.byKey || st !== snap.state || err !== snap.error) this.put_({ rows: [...view.values()], byKey: view, state: st, ...(err ? { error: err } : {}) });
+    if (view !== (snap.byKey as ReadonlyMap<string, Row>) || st !== snap.state || err !== snap.error) this.put_({ rows: [...view.values()] as R[], byKey: view as Map<string, R>, state: st, ...(err ? { error: err } : {}) });
   }
 
   /**

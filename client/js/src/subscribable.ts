@@ -1,9 +1,12 @@
 // The subscribe/getSnapshot pair every store of the client hands a UI
 // (React's useSyncExternalStore, a Svelte store, a Vue ref's source).
 
+/** A listener of snapshots of type T, compared bivariantly, so a store of a row type is a store of rows. */
+type Listener<T> = { f(s: T): void }["f"];
+
 /** A value a UI binds to: the same snapshot object until it changes, one notification per change. */
 export class Subscribable<T> {
-  /** @internal */ l_ = new Set<(s: T) => void>();
+  /** @internal */ l_ = new Set<Listener<T>>();
   /** @internal */ constructor(/** @internal */ public s_: T) {}
   /** Calls fn with the snapshot now and after every change; returns the unsubscribe function. */
   subscribe = (fn: (s: T) => void): (() => void) => {

@@ -1,5 +1,6 @@
-// Every code sample of docs/client-js.md and of the "### In the browser"
-// section of docs/writes.md is type-checked against the package as an app
+// Every code sample of docs/client-js.md, of docs/types.md (against the
+// todo demo's generated types, as ./tide.gen.js) and of the "### In the
+// browser" section of docs/writes.md is type-checked against the package as an app
 // sees it ("@tidesync/client" and "@tidesync/client/react", resolved by the
 // package's exports to dist/): ts and tsx blocks as they are, an html
 // block's module script with the served module's placeholder replaced by
@@ -21,7 +22,7 @@ function blocks(name: string, text: string): { name: string; lang: string; code:
   return out;
 }
 
-test("docs: every code block of client-js.md and of writes.md's browser section type-checks against the package", () => {
+test("docs: every code block of client-js.md, types.md and writes.md's browser section type-checks against the package", () => {
   const page = readFileSync(join(docs, "client-js.md"), "utf8");
   const writes = readFileSync(join(docs, "writes.md"), "utf8");
   const at = writes.indexOf("\n### In the browser\n");
@@ -29,10 +30,13 @@ test("docs: every code block of client-js.md and of writes.md's browser section 
   const rest = writes.slice(at + 1);
   const end = rest.slice(1).search(/^#{1,3} /m);
   const section = end < 0 ? rest : rest.slice(0, end + 1);
-  const all = [...blocks("client-js", page), ...blocks("writes-browser", section)];
+  const types = blocks("types", readFileSync(join(docs, "types.md"), "utf8")).filter((b) => b.lang !== "go"); // its Go blocks: client/typesdoc_test.go
+  assert.ok(types.length >= 2, `types.md: ${types.length} TypeScript blocks`);
+  const all = [...blocks("client-js", page), ...blocks("writes-browser", section), ...types];
   assert.ok(all.length >= 6, `${all.length} blocks`);
   const dir = mkdtempSync(join(root, ".docs-"));
   try {
+    writeFileSync(join(dir, "tide.gen.ts"), readFileSync(join(root, "../../examples/todo/web/tide.gen.ts")));
     const files: string[] = [];
     for (const b of all) {
       let code = b.code;

@@ -1,4 +1,5 @@
-// npm test: type-checks the sources and the tests (tsconfig.test.json),
+// npm test: type-checks the sources and the tests (tsconfig.test.json) and
+// the typed example app (examples/todo/web),
 // bundles each test/*.test.ts with esbuild into a temporary directory and
 // runs them with node's test runner. Arguments are passed to node --test
 // (e.g. --test-name-pattern=heartbeat).
@@ -13,6 +14,12 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const tsc = spawnSync(join(root, "node_modules/.bin/tsc"), ["-p", join(root, "tsconfig.test.json")], { stdio: "inherit" });
 if (tsc.status !== 0) {
   console.error("npm test: the sources or tests do not type-check");
+  process.exit(1);
+}
+// The typed example app: its generated types (examples/todo/web/tide.gen.ts) against this client.
+const example = spawnSync(join(root, "node_modules/.bin/tsc"), ["-p", join(root, "../../examples/todo/web/tsconfig.json")], { stdio: "inherit" });
+if (example.status !== 0) {
+  console.error("npm test: examples/todo/web does not type-check (regenerate its types with go generate ./examples/todo)");
   process.exit(1);
 }
 const out = mkdtempSync(join(tmpdir(), "tidejs-test-"));

@@ -6,15 +6,15 @@ export interface TopicSnapshot {
     members: Member[];
     error?: Problem;
 }
-/** A joined topic. Bind a UI with subscribe/getSnapshot, like Scope. */
-export declare class Topic extends Subscribable<TopicSnapshot> {
+/** A joined topic; M is its message type, P its presence state type. Bind a UI with subscribe/getSnapshot, like Scope. */
+export declare class Topic<M = unknown, P = unknown> extends Subscribable<TopicSnapshot> {
     readonly name: string;
     /** Calls fn with every message of the topic; returns its remover. */
-    onMessage(fn: (data: unknown, from: string) => void): () => void;
+    onMessage(fn: (data: M, from: string) => void): () => void;
     /** Sends data to every subscriber; false when offline (nothing is queued). */
-    publish(data: unknown): boolean;
+    publish(data: M): boolean;
     /** Replaces this client's presence state: sent now, and on every rejoin. */
-    setState(state: unknown): void;
+    setState(state: P): void;
     /** Unsubscribes and forgets the topic. */
     leave(): void;
 }

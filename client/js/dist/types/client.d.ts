@@ -1,10 +1,11 @@
 import { ConflictError, RejectError } from "./errors.js";
-import { type Conditions, type ServerFrame } from "./protocol.js";
+import { type ServerFrame } from "./protocol.js";
 import { type Store } from "./storage.js";
 import { Scope } from "./scope.js";
-import { type MutateOptions, type Mutation } from "./queue.js";
+import { type Mutation } from "./queue.js";
 import { Topic } from "./channels.js";
 import { Subscribable } from "./subscribable.js";
+import type { ArgsOf, ConditionsOf, MessageOf, MutateRest, MutatorName, PresenceOf, ResourceName, RowOf, TideSchema, TopicName } from "./schema.js";
 /** The connection's status for the UI. */
 export interface Status {
     readonly state: "connecting" | "catching-up" | "live" | "offline" | "error";
@@ -84,10 +85,15 @@ export interface Options {
     /** false: do not resume the stored (followed) scopes on start. */
     resume?: boolean;
 }
-/** Creates a client; it connects at once and reconnects until close(). */
-export declare function createClient(opts?: Options): Client;
-/** A tide client: scopes, mutations and topics over one connection. */
-export declare class Client {
+/**
+ * Creates a client; it connects at once and reconnects until close(). With
+ * the app's generated schema, createClient<Schema>(), scope, mutate and
+ * topic check resource, column, mutator and topic names and types at
+ * compile time (docs/types.md).
+ */
+export declare function createClient<S extends TideSchema = TideSchema>(opts?: Options): Client<S>;
+/** A tide client: scopes, mutations and topics over one connection; S is the app's schema (TideSchema: any). */
+export declare class Client<S extends TideSchema = TideSchema> {
     /** The connection's status as a subscribe/getSnapshot pair. */
     readonly status: Subscribable<Status>;
     /**
@@ -103,15 +109,15 @@ export declare class Client {
      * cursor, whose transactions arrive whole. The scope is followed until
      * forget: a client started again on the same store resumes it.
      */
-    scope(resource: string | string[], conditions?: Conditions): Scope;
+    scope<R extends ResourceName<S>>(resource: R | R[], conditions?: ConditionsOf<S, R>): Scope<RowOf<S, R>>;
     /** The scopes this client follows, once the stored ones are resumed (without the user option: once the server confirmed whose store it is). */
     followed(): Promise<Scope[]>;
     /** Stops following s for good: it is closed and its stored copy deleted. */
     forget(s: Scope): Promise<void>;
     /** Joins a topic (or returns the one joined), with a presence state. */
-    topic(name: string, opts?: {
-        state?: unknown;
-    }): Topic;
+    topic<N extends TopicName<S>>(name: N, opts?: {
+        state?: PresenceOf<S, N>;
+    }): Topic<MessageOf<S, N>, PresenceOf<S, N>>;
     /** Pending (unsettled) mutations, oldest first. */
     get pendingKeys(): string[];
     /**
@@ -123,7 +129,7 @@ export declare class Client {
      * server's max_frame_bytes: frame_too_large) is refused at once: its
      * result rejects with a RejectError, nothing is queued or applied.
      */
-    mutate(resource: string, name: string, args?: unknown, mo?: MutateOptions): Mutation;
+    mutate<R extends ResourceName<S>, M extends MutatorName<S, R>>(resource: R, name: M, ...rest: MutateRest<ArgsOf<S, R, M>>): Mutation;
     /** Reconnects at once: after an error state (new credentials), or to skip a backoff wait. */
     reconnect(): void;
     /** Ends the connection and every timer; stored data stays. */

@@ -1,9 +1,9 @@
-import type { Client, Conditions, MutateOptions, Mutation, Scope, ScopeSnapshot, Status, TideError } from "./index.js";
-/** What useScope returns: the scope's snapshot, its retry, and the Scope. */
-export interface ScopeView extends ScopeSnapshot {
+import type { ArgsOf, Client, ConditionsOf, MutateOptions, Mutation, MutatorName, ResourceName, Row, RowOf, Scope, ScopeSnapshot, Status, TideError, TideSchema } from "./index.js";
+/** What useScope returns: the scope's snapshot, its retry, and the Scope; R is the row type. */
+export interface ScopeView<R extends Row = Row> extends ScopeSnapshot<R> {
     /** Subscribes the scope again from no cursor (after an error, once access is back): Scope.retry. */
     readonly retry: () => void;
-    readonly scope: Scope;
+    readonly scope: Scope<R>;
 }
 /**
  * useScope syncs a scope and re-renders with every snapshot (once per
@@ -11,7 +11,7 @@ export interface ScopeView extends ScopeSnapshot {
  * changes. The scope stays followed after the component unmounts (other
  * components share it); client.forget(scope) ends it.
  */
-export declare function useScope(client: Client, resource: string | string[], conditions?: Conditions): ScopeView;
+export declare function useScope<S extends TideSchema, R extends ResourceName<S>>(client: Client<S>, resource: R | R[], conditions?: ConditionsOf<S, R>): ScopeView<RowOf<S, R>>;
 /** useStatus re-renders with the client's connection status (state, pending, code, message). */
 export declare function useStatus(client: Client): Status;
 /** What useMutation returns. */
@@ -23,9 +23,14 @@ export interface MutationView<A> {
     /** Forgets error. */
     readonly reset: () => void;
 }
+/** The arguments useMutation's mutate takes: A if given, else the mutator's arguments in the client's schema. */
+export type HookArgs<A, S extends TideSchema, R extends ResourceName<S>, M extends MutatorName<S, R>> = [A] extends [never] ? ArgsOf<S, R, M> : A;
 /**
  * useMutation binds one mutator: mutate(args) runs it (optimistically, with
  * the options options(args) returns, e.g. {local}), and error holds the last
- * refusal, for the component to show. mutate and reset are stable.
+ * refusal, for the component to show. mutate and reset are stable. With a
+ * client of a schema (createClient<Schema>()) the resource, the mutator and
+ * its arguments are checked against it; A, if given, is the arguments'
+ * type instead.
  */
-export declare function useMutation<A>(client: Client, resource: string, name: string, options?: (args: A) => MutateOptions): MutationView<A>;
+export declare function useMutation<A = never, S extends TideSchema = TideSchema, R extends ResourceName<S> = ResourceName<S>, M extends MutatorName<S, R> = MutatorName<S, R>>(client: Client<S>, resource: R, name: M, options?: (args: HookArgs<A, S, R, M>) => MutateOptions): MutationView<HookArgs<A, S, R, M>>;

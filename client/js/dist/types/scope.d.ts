@@ -5,10 +5,10 @@ import type { Problem } from "./errors.js";
 import { Subscribable } from "./subscribable.js";
 /** A scope's state: loading (nothing yet), cached (rows from the store), catching-up, live, error. */
 export type ScopeState = "loading" | "cached" | "catching-up" | "live" | "error";
-/** What a scope's subscribe/getSnapshot pair hands the UI. */
-export interface ScopeSnapshot {
-    readonly rows: readonly Row[];
-    readonly byKey: ReadonlyMap<string, Row>;
+/** What a scope's subscribe/getSnapshot pair hands the UI; R is the row type (with a schema: the resource's row). */
+export interface ScopeSnapshot<R extends Row = Row> {
+    readonly rows: readonly R[];
+    readonly byKey: ReadonlyMap<string, R>;
     readonly state: ScopeState;
     /** Why the scope is in state error: code, message (presentable) and detail (for developers). */
     readonly error?: Problem;
@@ -28,8 +28,8 @@ export declare const names: (s: Scope) => {
 export declare const randomHex: () => string;
 /** A scope's digest: its store key, as the Go client computes it. */
 export declare function digestOf(names: string[], condJSON: string): Promise<string>;
-/** A synced scope: its rows and state as a subscribe/getSnapshot pair. */
-export declare class Scope extends Subscribable<ScopeSnapshot> {
+/** A synced scope: its rows and state as a subscribe/getSnapshot pair; R is the row type. */
+export declare class Scope<R extends Row = Row> extends Subscribable<ScopeSnapshot<R>> {
     readonly resource: string;
     readonly conditions: Conditions | undefined;
     /** A scope of several resources: all of them, sorted. */
