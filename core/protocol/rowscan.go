@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/base64"
 	"math"
 	"reflect"
@@ -213,6 +214,19 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value, share bool) bool 
 		}
 		t, ok := fv.Addr().Interface().(*time.Time)
 		return ok && t.UnmarshalJSON(p.b[start:p.i]) == nil
+	case KindDecimal:
+		s, ok := p.strBytes()
+		if !ok || !validDecimal(string(s)) {
+			return false
+		}
+		fv.SetString(string(s))
+		return true
+	case KindText:
+		s, ok := p.strBytes()
+		if !ok {
+			return false
+		}
+		return fv.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText(s) == nil
 	case KindBytes:
 		s, ok := p.str()
 		if !ok {
