@@ -38,7 +38,8 @@ import (
 //     "12.30", never a float;
 //   - a type implementing encoding.TextMarshaler and (on its pointer)
 //     encoding.TextUnmarshaler, such as netip.Addr or a decimal package's
-//     type: its text is the column's Postgres text;
+//     type: its text is the column's Postgres text (a named string,
+//     integer, float or bool type keeps its kind, whatever its methods);
 //   - slices of the scalar types above (not []byte) and of protocol.Decimal
 //     and time.Time, for one-dimensional array columns, with pointer
 //     elements ([]*int64) where NULL elements must stay NULL;

@@ -23,9 +23,10 @@ const (
 	KindJSON                    // json.RawMessage
 	KindDecimal                 // Decimal: an exact decimal number as its text
 	// KindText is a field whose type implements encoding.TextMarshaler
-	// and encoding.TextUnmarshaler (the latter on its pointer): its
-	// value on the wire is the JSON string of its text, which is the
-	// column's Postgres text form.
+	// and encoding.TextUnmarshaler (the latter on its pointer) and is not
+	// of a basic kind (a named string, integer, float or bool type keeps
+	// its kind): its value on the wire is the JSON string of its text,
+	// which is the column's Postgres text form.
 	KindText
 
 	// KindArray marks an array kind: KindArray|k is a slice of k's Go type

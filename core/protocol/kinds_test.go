@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/big"
+	"net"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -36,6 +37,12 @@ type kindsRow struct {
 // mood is a named string type, as an enum column is declared.
 type mood string
 
+// textString is a named string type with text methods: it stays a string.
+type textString string
+
+func (s textString) MarshalText() ([]byte, error)  { return []byte("x" + s), nil }
+func (s *textString) UnmarshalText(b []byte) error { *s = textString(b); return nil }
+
 func TestKindOf(t *testing.T) {
 	for _, tc := range []struct {
 		typ     reflect.Type
@@ -47,6 +54,10 @@ func TestKindOf(t *testing.T) {
 		{typeOf[string](), KindString, false, false, ""},
 		{typeOf[mood](), KindString, false, false, ""},
 		{typeOf[*mood](), KindString, true, false, ""},
+		{typeOf[textString](), KindString, false, false, ""},
+		{typeOf[time.Duration](), KindInt, false, false, ""},
+		{typeOf[net.IP](), KindText, false, false, ""},
+		{typeOf[[]net.IP](), 0, false, false, "an array's elements must be"},
 		{typeOf[Decimal](), KindDecimal, false, false, ""},
 		{typeOf[*Decimal](), KindDecimal, true, false, ""},
 		{typeOf[netip.Addr](), KindText, false, false, ""},

@@ -216,15 +216,16 @@ func isText(t reflect.Type) bool {
 	return t.Implements(textMarshalerType) && reflect.PointerTo(t).Implements(textUnmarshalerType)
 }
 
-// scalarKind maps a non-pointer, non-slice field type to its kind.
+// scalarKind maps a non-pointer, non-slice field type to its kind. A type
+// of a basic kind (string, integer, float, bool) keeps that kind whatever
+// its methods; any other implementing encoding.TextMarshaler and
+// TextUnmarshaler is KindText.
 func scalarKind(t reflect.Type) (Kind, bool) {
-	switch {
-	case t == timeType:
+	switch t {
+	case timeType:
 		return KindTime, true
-	case t == decimalType:
+	case decimalType:
 		return KindDecimal, true
-	case isText(t):
-		return KindText, true
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -237,6 +238,9 @@ func scalarKind(t reflect.Type) (Kind, bool) {
 		return KindFloat, true
 	case reflect.Bool:
 		return KindBool, true
+	}
+	if isText(t) {
+		return KindText, true
 	}
 	return 0, false
 }
