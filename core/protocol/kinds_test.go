@@ -285,6 +285,8 @@ func FuzzDecodeRowKinds(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"k1","price":"12.30","maybe":"-0.5","tags":["a"],"ns":[1,2],"addr":"10.0.0.1","net":"10.0.0.0/8","mood":"x","ds":["NaN"]}`,
 		`{"price":"01","maybe":null,"addr":"::1","net":null}`, `{"price":"1\u0030"}`, `{"addr":"1.2.3.4\u0000"}`,
+		`{"tags":[ "a" , "" ],"ns":[],"holes":[1,null,-3],"us":[65535,0],"fs":[0.1,-2e-300,1E5],"bs":[true, false],"ts":["2026-12-02T14:30:00.123456Z"],"ds":["0.10",null,"NaN"],"moods":["x"],"stamps":[null,"2026-12-02T14:30:00Z"]}`,
+		`{"tags":null,"ns":[1.5],"us":[-1],"holes":[2147483648],"bs":[null],"ds":["01"],"tags":["a\n"]}`, `{"ns":[[1]],"ts":[1]}`, `{"ns":[1,]}`, `{"ns":[1 2]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -314,4 +316,40 @@ func FuzzDecodeRowKinds(f *testing.F) {
 			t.Fatalf("%q:\nfast %+v\nslow %+v", data, fast, slow)
 		}
 	})
+}
+
+// TestDecodeFastArrays: rows with arrays, decimals and text-form values
+// decode on the fast path (without encoding/json), into what the slow
+// path gives.
+func TestDecodeFastArrays(t *testing.T) {
+	c, err := CodecFor(typeOf[kindsRow]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		`{"id":"k1","price":"12.30","maybe":"-0.5","tags":["a",""],"ns":[1,-2],"holes":[null,3],"us":[],"fs":[0.1],"bs":[true],` +
+			`"ts":["2026-12-02T14:30:00.123456Z"],"ds":["NaN",null],"addr":"10.0.0.1","net":"10.0.0.0/8","mood":"m","moods":["a"],"raw":[1],"stamps":[null]}`,
+		`{"tags":null,"ns":[ 1 , 2 ],"ds":[]}`,
+	} {
+		var fast, slow kindsRow
+		if !c.decodeFast([]byte(row), valueOf(&fast).Elem(), false) {
+			t.Fatalf("the fast path refused %s", row)
+		}
+		if err := json.Unmarshal([]byte(row), &struct{}{}); err != nil {
+			t.Fatal(err)
+		}
+		var obj map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(row), &obj)
+		sv := valueOf(&slow).Elem()
+		for _, fc := range c.fields {
+			if raw, ok := obj[fc.col.Name]; ok {
+				if err := json.Unmarshal(raw, sv.Field(fc.field).Addr().Interface()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%s:\nfast %+v\nslow %+v", row, fast, slow)
+		}
+	}
 }
