@@ -34,13 +34,14 @@ type catalogColumn struct {
 // checkDeclaration reads the catalog entries of s's table and returns an
 // error wrapping ErrMismatch naming every declared column that does not fit.
 func (f *Feed) checkDeclaration(ctx context.Context, q querier, s *feed.Schema) error {
-	// A domain is checked by its base type (b); an array by its element
+	// A domain is checked by its base type (b, through two levels of
+	// domains); an array by its element
 	// type (e, or its base type eb if the elements are of a domain), with
 	// the column's typmod (numeric(p,s)[]).
 	rows, err := q.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod),
   coalesce(b.typname, t.typname)::text, coalesce(b.typcategory, t.typcategory)::text,
-  CASE WHEN coalesce(b.typname, t.typname) = 'numeric' AND coalesce(nullif(t.typtypmod, -1), a.atttypmod) >= 4
-    THEN (coalesce(nullif(t.typtypmod, -1), a.atttypmod) - 4) & 65535 ELSE -1 END,
+  CASE WHEN coalesce(b.typname, t.typname) = 'numeric' AND coalesce(nullif(t.typtypmod, -1), nullif(b1.typtypmod, -1), a.atttypmod) >= 4
+    THEN (coalesce(nullif(t.typtypmod, -1), nullif(b1.typtypmod, -1), a.atttypmod) - 4) & 65535 ELSE -1 END,
   EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = a.attrelid AND i.indisunique
     AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indpred IS NULL AND i.indexprs IS NULL),
   coalesce(eb.typname, e.typname, '')::text, coalesce(eb.typcategory, e.typcategory, '')::text,
@@ -49,7 +50,8 @@ func (f *Feed) checkDeclaration(ctx context.Context, q querier, s *feed.Schema) 
   a.attndims
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-LEFT JOIN pg_catalog.pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
+LEFT JOIN pg_catalog.pg_type b1 ON t.typtype = 'd' AND b1.oid = t.typbasetype
+LEFT JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN b1.typtype = 'd' THEN b1.typbasetype ELSE b1.oid END
 LEFT JOIN pg_catalog.pg_type e ON coalesce(b.typcategory, t.typcategory) = 'A' AND e.oid = coalesce(b.typelem, t.typelem)
 LEFT JOIN pg_catalog.pg_type eb ON e.typtype = 'd' AND eb.oid = e.typbasetype
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableIdent(s.Table))

@@ -29,6 +29,9 @@ func TestMigrateChecksValueKinds(t *testing.T) {
 		"CREATE DOMAIN vk_label AS varchar(20)",
 		"CREATE DOMAIN vk_ints AS bigint[]",
 		"CREATE DOMAIN vk_pos AS bigint CHECK (VALUE > 0)",
+		"CREATE DOMAIN vk_money2 AS vk_money",
+		"CREATE DOMAIN vk_whole AS numeric(12,0)",
+		"CREATE DOMAIN vk_whole2 AS vk_whole",
 	} {
 		exec2(t, pool, ddl)
 	}
@@ -79,6 +82,9 @@ func TestMigrateChecksValueKinds(t *testing.T) {
 		{"numeric[]", arr | dec, ""},
 		{"vk_money[]", arr | dec, ""},
 		{"vk_pos", intk, ""},
+		{"vk_money2", dec, ""},
+		{"vk_whole2", intk, ""},
+		{"vk_whole2", dec, ""},
 		{"integer[]", jsn, ""},
 
 		// Misfits.
@@ -87,6 +93,8 @@ func TestMigrateChecksValueKinds(t *testing.T) {
 		{"numeric[]", dec, "column v is numeric[], but field V is decimal (KindDecimal): a protocol.Decimal field needs a numeric (or integer) column (declare []protocol.Decimal or json.RawMessage for this column)"},
 		{"numeric", str, "column v is numeric, but field V is string (KindString): a string field needs a text, varchar, char, enum, uuid, inet, cidr or interval column (declare protocol.Decimal for this column)"},
 		{"vk_money", str, "column v is vk_money, but field V is string (KindString)"},
+		{"vk_money2", intk, "column v is vk_money2, but field V is int (KindInt): an integer field needs a smallint, integer, bigint or numeric(p,0) column (declare protocol.Decimal for this column)"},
+		{"vk_money2", str, "column v is vk_money2, but field V is string (KindString)"},
 		{"numeric(10,0)", flt, ""},
 		{"numeric", intk, "(declare protocol.Decimal for this column)"},
 		{"text", arr | str, "column v is text, but field V is []string (KindArray|KindString): a slice field needs an array column (such as text[]) (declare string for this column)"},

@@ -80,8 +80,8 @@ type querier interface {
 
 // columnTypes returns the type OIDs of s's declared columns, in order, and
 // an error naming any column the table lacks. A column of a domain has its
-// base type's OID (a domain over a domain, the base of that), so that it is
-// rendered as its base type is.
+// base type's OID (through two levels of domains), so that it is rendered
+// as its base type is.
 func (f *Feed) columnTypes(ctx context.Context, q querier, s *feed.Schema) ([]uint32, error) {
 	rows, err := q.Query(ctx, `SELECT a.attname::text, coalesce(b2.oid, b.oid, a.atttypid)::int8 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
