@@ -27,7 +27,7 @@ func SetRetrySleep(e *Engine, sleep func(ctx context.Context, d time.Duration) b
 func AwaitReady(ctx context.Context, e *Engine) error { return e.awaitReady(ctx) }
 
 // TSKind returns the TypeScript type of a column of kind k ("": none).
-func TSKind(k protocol.Kind) string { return tsKinds[k] }
+func TSKind(k protocol.Kind) string { return tsKind(k) }
 
 // TSOf returns the TypeScript type of v's JSON form.
 func TSOf(v any) (string, error) { return tsOf(reflect.TypeOf(v), "", nil) }

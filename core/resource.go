@@ -41,10 +41,27 @@ import (
 // or "false"), a composite key the JSON array of its parts' texts,
 // ["u1","b7"] (see protocol.EncodeKey; clients build it with client.Key).
 //
-// Supported field types: string, bool, signed and unsigned integers, floats,
-// time.Time, []byte, json.RawMessage, and pointers to the scalar types for
-// nullable columns. Primary key and scope columns are strings, integers or
-// bools and not pointers. Untagged fields are not synced.
+// Supported field types (docs/protocol.md lists each one's wire form and
+// the Postgres column types it fits):
+//
+//   - string and named string types (text, varchar, char, enum, uuid,
+//     inet, cidr and interval columns, and domains over them), bool,
+//     signed and unsigned integers, floats, time.Time (microseconds),
+//     []byte, json.RawMessage;
+//   - protocol.Decimal for numeric columns: the exact canonical text,
+//     "12.30", never a float;
+//   - a type implementing encoding.TextMarshaler and (on its pointer)
+//     encoding.TextUnmarshaler, such as netip.Addr or a decimal package's
+//     type: its text is the column's Postgres text (a named string,
+//     integer, float or bool type keeps its kind, whatever its methods);
+//   - slices of the scalar types above (not []byte) and of protocol.Decimal
+//     and time.Time, for one-dimensional array columns, with pointer
+//     elements ([]*int64) where NULL elements must stay NULL;
+//   - pointers to the scalar types for nullable columns (a nil slice is
+//     NULL as it is).
+//
+// Primary key and scope columns are strings, integers or bools and not
+// pointers. Untagged fields are not synced.
 type Resource[T any] struct {
 	// Name is the resource's name on the wire. Zero value: the table name
 	// without its schema qualifier.

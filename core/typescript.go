@@ -20,14 +20,33 @@ import (
 // carry it on the wire (docs/protocol.md). Every Kind has one: a kind
 // without a TypeScript form fails TestTypeScriptKinds.
 var tsKinds = map[protocol.Kind]string{
-	protocol.KindString: "string",
-	protocol.KindInt:    "number",
-	protocol.KindUint:   "number",
-	protocol.KindFloat:  "number",
-	protocol.KindBool:   "boolean",
-	protocol.KindTime:   "string",        // RFC 3339
-	protocol.KindBytes:  "string | null", // base64; a nil slice is null
-	protocol.KindJSON:   "unknown",       // any JSON value, null included
+	protocol.KindString:  "string",
+	protocol.KindInt:     "number",
+	protocol.KindUint:    "number",
+	protocol.KindFloat:   "number",
+	protocol.KindBool:    "boolean",
+	protocol.KindTime:    "string",        // RFC 3339
+	protocol.KindBytes:   "string | null", // base64; a nil slice is null
+	protocol.KindJSON:    "unknown",       // any JSON value, null included
+	protocol.KindDecimal: "string",        // the exact decimal text, "12.30"
+	protocol.KindText:    "string",        // the type's text form
+}
+
+// tsKind returns the TypeScript type of a column value of kind k, "" for
+// a kind without one. An array is a JSON array whose NULL elements are
+// null, and a nil slice is null.
+func tsKind(k protocol.Kind) string {
+	if !k.IsArray() {
+		return tsKinds[k]
+	}
+	e := strings.TrimSuffix(tsKinds[k.Elem()], " | null")
+	switch e {
+	case "":
+		return ""
+	case "unknown":
+		return "Array<unknown> | null"
+	}
+	return "Array<" + e + " | null> | null"
 }
 
 // TypeScript writes the TypeScript declarations of the engine's resources,
@@ -84,8 +103,8 @@ func (e *Engine) TypeScript(w io.Writer, command string) error {
 		p("    %s: {\n", tsProp(s.Name))
 		p("      row: {\n")
 		for _, c := range s.Columns {
-			t, ok := tsKinds[c.Kind]
-			if !ok {
+			t := tsKind(c.Kind)
+			if t == "" {
 				return fmt.Errorf("tide: typescript: resource %s: column %s: kind %v has no TypeScript type", s.Name, c.Name, c.Kind)
 			}
 			if c.Nullable && !strings.HasSuffix(t, "| null") && t != "unknown" {
@@ -105,7 +124,7 @@ func (e *Engine) TypeScript(w io.Writer, command string) error {
 			p("      scope: {\n")
 			for i := range s.Scope {
 				c := s.ScopeColumn(i)
-				p("        %s: %s;\n", tsProp(c.Name), tsKinds[c.Kind])
+				p("        %s: %s;\n", tsProp(c.Name), tsKind(c.Kind))
 			}
 			p("      };\n")
 		}

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -24,8 +25,11 @@ var (
 )
 
 var (
-	timeType    = reflect.TypeFor[time.Time]()
-	rawJSONType = reflect.TypeFor[json.RawMessage]()
+	timeType            = reflect.TypeFor[time.Time]()
+	rawJSONType         = reflect.TypeFor[json.RawMessage]()
+	decimalType         = reflect.TypeFor[Decimal]()
+	textMarshalerType   = reflect.TypeFor[encoding.TextMarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
 // fieldCodec reads and writes one column of a struct.
@@ -34,6 +38,8 @@ type fieldCodec struct {
 	col   Column
 	// isPtr: the field is a pointer to the column's Go type (a nullable column).
 	isPtr bool
+	// elemPtr: an array field's elements are pointers (nil: a NULL element).
+	elemPtr bool
 	// skip: decoding may leave the field as it is (a codec from Only).
 	skip bool
 	// maxDigits: for an integer field, the most decimal digits every
@@ -106,11 +112,11 @@ func buildCodec(t reflect.Type) (*RowCodec, error) {
 			return nil, fmt.Errorf("%w: column %q is declared by fields %s and %s", ErrBadTag, spec.Column, prev, sf.Name)
 		}
 		seen[spec.Column] = sf.Name
-		kind, isPtr, err := kindOf(sf.Type)
+		kind, isPtr, elemPtr, err := kindOf(sf.Type)
 		if err != nil {
-			return nil, fmt.Errorf("field %s: %w", sf.Name, err)
+			return nil, fmt.Errorf("field %s (column %s): %w", sf.Name, spec.Column, err)
 		}
-		fc := fieldCodec{field: i, col: Column{Name: spec.Column, Kind: kind, Nullable: isPtr, Field: sf.Name}, isPtr: isPtr}
+		fc := fieldCodec{field: i, col: Column{Name: spec.Column, Kind: kind, Nullable: isPtr, Field: sf.Name}, isPtr: isPtr, elemPtr: elemPtr}
 		if (spec.PK || spec.Scope) && (isPtr || !kind.Keyable()) {
 			what := "scope"
 			if spec.PK {
@@ -162,34 +168,78 @@ func (c *RowCodec) guessOrder() {
 	}
 }
 
-// kindOf maps a field type to a column kind.
-func kindOf(t reflect.Type) (Kind, bool, error) {
-	isPtr := false
+// kindOf maps a field type to a column kind. isPtr: the field is a pointer
+// (a nullable scalar); elemPtr: an array's elements are pointers.
+func kindOf(t reflect.Type) (kind Kind, isPtr, elemPtr bool, err error) {
 	if t.Kind() == reflect.Pointer {
 		isPtr = true
 		t = t.Elem()
 	}
 	switch {
 	case t == timeType:
-		return KindTime, isPtr, nil
+		return KindTime, isPtr, false, nil
+	case t == decimalType:
+		return KindDecimal, isPtr, false, nil
 	case t == rawJSONType && !isPtr:
-		return KindJSON, false, nil
-	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 && !isPtr:
-		return KindBytes, false, nil
+		return KindJSON, false, false, nil
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 && !isPtr && !isText(t):
+		return KindBytes, false, false, nil
+	case t.Kind() == reflect.Slice && !isText(t) && isPtr:
+		return 0, false, false, fmt.Errorf("%w *%s: a slice field is nullable as it is (a nil slice is NULL), declare it without the pointer", ErrUnsupportedType, t)
+	case t.Kind() == reflect.Slice && !isText(t):
+		et := t.Elem()
+		if et.Kind() == reflect.Pointer {
+			elemPtr = true
+			et = et.Elem()
+		}
+		if et.Kind() == reflect.Slice && et.Elem().Kind() != reflect.Uint8 || et.Kind() == reflect.Array {
+			return 0, false, false, fmt.Errorf("%w %s: multidimensional arrays are not supported (declare json.RawMessage for a column of nested arrays)", ErrUnsupportedType, t)
+		}
+		ek, ok := scalarKind(et)
+		if !ok || ek == KindText {
+			return 0, false, false, fmt.Errorf("%w %s: an array's elements must be string, integer, float, bool, time.Time or protocol.Decimal (or pointers to them), not %s (declare json.RawMessage for other arrays)", ErrUnsupportedType, t, et)
+		}
+		return KindArray | ek, false, elemPtr, nil
+	}
+	if k, ok := scalarKind(t); ok {
+		return k, isPtr, false, nil
+	}
+	return 0, false, false, fmt.Errorf("%w %s (want string, bool, integer, float, time.Time, protocol.Decimal, []byte, json.RawMessage, a type implementing encoding.TextMarshaler and TextUnmarshaler, a slice of a scalar for an array column, or a pointer to a scalar for a nullable column)", ErrUnsupportedType, t)
+}
+
+// isText reports whether values of t convert to and from text
+// (encoding.TextMarshaler on the value, TextUnmarshaler on its pointer).
+func isText(t reflect.Type) bool {
+	return t.Implements(textMarshalerType) && reflect.PointerTo(t).Implements(textUnmarshalerType)
+}
+
+// scalarKind maps a non-pointer, non-slice field type to its kind. A type
+// of a basic kind (string, integer, float, bool) keeps that kind whatever
+// its methods; any other implementing encoding.TextMarshaler and
+// TextUnmarshaler is KindText.
+func scalarKind(t reflect.Type) (Kind, bool) {
+	switch t {
+	case timeType:
+		return KindTime, true
+	case decimalType:
+		return KindDecimal, true
 	}
 	switch t.Kind() {
 	case reflect.String:
-		return KindString, isPtr, nil
+		return KindString, true
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return KindInt, isPtr, nil
+		return KindInt, true
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return KindUint, isPtr, nil
+		return KindUint, true
 	case reflect.Float32, reflect.Float64:
-		return KindFloat, isPtr, nil
+		return KindFloat, true
 	case reflect.Bool:
-		return KindBool, isPtr, nil
+		return KindBool, true
 	}
-	return 0, false, fmt.Errorf("%w %s (want string, bool, integer, float, time.Time, []byte, json.RawMessage, or a pointer to a scalar for a nullable column)", ErrUnsupportedType, t)
+	if isText(t) {
+		return KindText, true
+	}
+	return 0, false
 }
 
 // Columns returns the struct's columns in field order.
@@ -297,7 +347,38 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 		}
 		v = v.Elem()
 	}
-	switch f.col.Kind {
+	k := f.col.Kind
+	if !k.IsArray() {
+		return appendScalar(b, k, v)
+	}
+	if v.IsNil() {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '[')
+	for i := range v.Len() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		e := v.Index(i)
+		if f.elemPtr {
+			if e.IsNil() {
+				b = append(b, "null"...)
+				continue
+			}
+			e = e.Elem()
+		}
+		var err error
+		if b, err = appendScalar(b, k.Elem(), e); err != nil {
+			return nil, fmt.Errorf("element %d: %w", i, err)
+		}
+	}
+	return append(b, ']'), nil
+}
+
+// appendScalar appends the JSON of v, a value of a field of kind k (not an
+// array).
+func appendScalar(b []byte, k Kind, v reflect.Value) ([]byte, error) {
+	switch k {
 	case KindString:
 		return jsontext.AppendString(b, v.String()), nil
 	case KindInt:
@@ -321,6 +402,22 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 		b = append(b, '"')
 		b = t.AppendFormat(b, time.RFC3339Nano)
 		return append(b, '"'), nil
+	case KindDecimal:
+		d := Decimal(v.String())
+		if d == "" {
+			return append(b, `"0"`...), nil
+		}
+		if !validDecimal(string(d)) {
+			_, err := ParseDecimal(string(d))
+			return nil, err
+		}
+		return jsontext.AppendString(b, string(d)), nil
+	case KindText:
+		txt, err := v.Interface().(encoding.TextMarshaler).MarshalText()
+		if err != nil {
+			return nil, fmt.Errorf("MarshalText: %w", err)
+		}
+		return jsontext.AppendString(b, string(txt)), nil
 	case KindBytes:
 		if v.IsNil() {
 			return append(b, "null"...), nil
@@ -338,7 +435,7 @@ func appendValue(b []byte, f fieldCodec, v reflect.Value) ([]byte, error) {
 		}
 		return append(b, raw...), nil
 	}
-	return nil, fmt.Errorf("%w: kind %s", ErrUnsupportedType, f.col.Kind)
+	return nil, fmt.Errorf("%w: kind %s", ErrUnsupportedType, k)
 }
 
 // Decode fills the struct v (addressable, of the codec's type) from a JSON

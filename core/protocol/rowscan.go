@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/base64"
 	"math"
 	"reflect"
@@ -142,8 +143,8 @@ func (p *scanner) plainString() bool {
 // and raw JSON refer to the input.
 func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value, share bool) bool {
 	if p.lit("null") {
-		if f.isPtr {
-			fv.SetZero()
+		if f.isPtr || f.col.Kind.IsArray() {
+			fv.SetZero() // as encoding/json does for pointers and slices
 		}
 		// encoding/json leaves other fields as they are on null.
 		return true
@@ -154,7 +155,54 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value, share bool) bool 
 		}
 		fv = fv.Elem()
 	}
-	switch f.col.Kind {
+	if f.col.Kind.IsArray() {
+		return p.decodeArray(f, fv, share)
+	}
+	return p.decodeScalar(f.col.Kind, fv, share)
+}
+
+// decodeArray decodes a JSON array into the slice field fv, as a new
+// slice (encoding/json's result for a field that was nil): a null element
+// is a nil pointer, or the element's zero value.
+func (p *scanner) decodeArray(f *fieldCodec, fv reflect.Value, share bool) bool {
+	if !p.lit("[") {
+		return false
+	}
+	et, ek := fv.Type().Elem(), f.col.Kind.Elem()
+	out := reflect.MakeSlice(fv.Type(), 0, 4)
+	p.space()
+	if !p.lit("]") {
+		for {
+			p.space()
+			out = reflect.Append(out, reflect.Zero(et))
+			if !p.lit("null") {
+				ev := out.Index(out.Len() - 1)
+				if f.elemPtr {
+					ev.Set(reflect.New(et.Elem()))
+					ev = ev.Elem()
+				}
+				if !p.decodeScalar(ek, ev, share) {
+					return false
+				}
+			}
+			p.space()
+			if p.lit(",") {
+				continue
+			}
+			if !p.lit("]") {
+				return false
+			}
+			break
+		}
+	}
+	fv.Set(out)
+	return true
+}
+
+// decodeScalar decodes one value of kind k (not an array, not null) into
+// fv.
+func (p *scanner) decodeScalar(k Kind, fv reflect.Value, share bool) bool {
+	switch k {
 	case KindString:
 		s, ok := p.strBytes()
 		if !ok {
@@ -185,7 +233,7 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value, share bool) bool 
 		// which is dropped.
 		tok := unsafe.String(&p.b[start], p.i-start)
 		bits := fv.Type().Bits()
-		switch f.col.Kind {
+		switch k {
 		case KindInt:
 			n, ok := parseInt(tok, bits)
 			if !ok {
@@ -213,6 +261,19 @@ func (p *scanner) decodeField(f *fieldCodec, fv reflect.Value, share bool) bool 
 		}
 		t, ok := fv.Addr().Interface().(*time.Time)
 		return ok && t.UnmarshalJSON(p.b[start:p.i]) == nil
+	case KindDecimal:
+		s, ok := p.strBytes()
+		if !ok || !validDecimal(string(s)) {
+			return false
+		}
+		fv.SetString(string(s))
+		return true
+	case KindText:
+		s, ok := p.strBytes()
+		if !ok {
+			return false
+		}
+		return fv.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText(s) == nil
 	case KindBytes:
 		s, ok := p.str()
 		if !ok {

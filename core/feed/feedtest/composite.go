@@ -100,7 +100,7 @@ func (s *suite) testCompositeKeys(t *testing.T) {
 	if !s.serial {
 		t.Parallel()
 	}
-	e := s.setup0(t, Members)
+	e := s.setupWith(t, Members)
 	ms := collidingMembers()
 	seen := map[string]bool{}
 	var ups []feed.Mutation

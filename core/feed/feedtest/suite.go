@@ -18,7 +18,8 @@ import (
 // Harness makes fresh feeds for the suite.
 type Harness interface {
 	// New returns a fresh, empty feed holding the given resources, and its
-	// writer. It registers cleanup with t. Unless the harness implements
+	// writer: Items and Notes, or Values (a harness of a Postgres-backed
+	// feed creates its table with ValuesSQL). It registers cleanup with t. Unless the harness implements
 	// Serial, New is called from parallel subtests.
 	New(t *testing.T, schemas ...*feed.Schema) (feed.Feed, feed.Writer)
 	// Prune makes f drop every change at or below through (the feed's
@@ -56,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ApplyInvalid", s.testApplyInvalid)
 	t.Run("Positions", s.testPositions)
 	t.Run("Tail", s.testTail)
+	t.Run("ValueKinds", s.testValueKinds)
 	t.Run("Replay", s.testReplay)
 	t.Run("Snapshot", s.testSnapshot)
 	t.Run("Count", s.testCount)
@@ -101,6 +103,8 @@ type env struct {
 	f   feed.Feed
 	w   feed.Writer
 	s   *suite
+	// schemas are the resources the feed holds.
+	schemas []*feed.Schema
 }
 
 // setup marks t parallel (unless the harness is serial) and makes a fresh feed.
@@ -109,11 +113,11 @@ func (s *suite) setup(t *testing.T) *env {
 	if !s.serial {
 		t.Parallel()
 	}
-	return s.setup0(t, Items, Notes)
+	return s.setupWith(t, Items, Notes)
 }
 
-// setup0 makes a fresh feed holding schemas.
-func (s *suite) setup0(t *testing.T, schemas ...*feed.Schema) *env {
+// setupWith makes a fresh feed holding schemas.
+func (s *suite) setupWith(t *testing.T, schemas ...*feed.Schema) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	t.Cleanup(cancel)
@@ -121,7 +125,7 @@ func (s *suite) setup0(t *testing.T, schemas ...*feed.Schema) *env {
 	if f == nil || w == nil {
 		t.Fatal("feedtest: Harness.New returned a nil feed or writer")
 	}
-	return &env{t: t, ctx: ctx, f: f, w: w, s: s}
+	return &env{t: t, ctx: ctx, f: f, w: w, s: s, schemas: schemas}
 }
 
 // apply writes muts and fails the test on error.
@@ -166,11 +170,11 @@ func (e *env) tail(after, until feed.Position) []feed.Change {
 	return out
 }
 
-// pending reports whether any change of the suite's resources lies in
+// pending reports whether any change of the feed's resources lies in
 // (after, until], according to Replay.
 func (e *env) pending(after, until feed.Position) bool {
 	e.t.Helper()
-	for _, s := range Schemas() {
+	for _, s := range e.schemas {
 		sc := feed.NewScope(s, nil)
 		cs, err := e.f.Replay(e.ctx, feed.ReplayQuery{Scope: sc, After: after, Until: until, Limit: 1})
 		if err != nil {

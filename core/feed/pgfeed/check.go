@@ -26,20 +26,35 @@ type catalogColumn struct {
 	category string // pg_type.typcategory: 'A' array, 'E' enum, 'S' string …
 	scale    int    // numeric's scale, -1 if unconstrained or not numeric
 	unique   bool   // the column alone is the primary key or a unique index
+	// elem is an array column's element type (through domains), nil for
+	// any other column.
+	elem *catalogColumn
+	dims int // the declared dimensions of an array column (int[][]: 2); 0 if undeclared
 }
 
 // checkDeclaration reads the catalog entries of s's table and returns an
 // error wrapping ErrMismatch naming every declared column that does not fit.
 func (f *Feed) checkDeclaration(ctx context.Context, q querier, s *feed.Schema) error {
+	// A domain is checked by its base type (b, through two levels of
+	// domains); an array by its element
+	// type (e, or its base type eb if the elements are of a domain), with
+	// the column's typmod (numeric(p,s)[]).
 	rows, err := q.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod),
   coalesce(b.typname, t.typname)::text, coalesce(b.typcategory, t.typcategory)::text,
-  CASE WHEN coalesce(b.typname, t.typname) = 'numeric' AND coalesce(nullif(t.typtypmod, -1), a.atttypmod) >= 4
-    THEN (coalesce(nullif(t.typtypmod, -1), a.atttypmod) - 4) & 65535 ELSE -1 END,
+  CASE WHEN coalesce(b.typname, t.typname) = 'numeric' AND coalesce(nullif(t.typtypmod, -1), nullif(b1.typtypmod, -1), a.atttypmod) >= 4
+    THEN (coalesce(nullif(t.typtypmod, -1), nullif(b1.typtypmod, -1), a.atttypmod) - 4) & 65535 ELSE -1 END,
   EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = a.attrelid AND i.indisunique
-    AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indpred IS NULL AND i.indexprs IS NULL)
+    AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indpred IS NULL AND i.indexprs IS NULL),
+  coalesce(eb.typname, e.typname, '')::text, coalesce(eb.typcategory, e.typcategory, '')::text,
+  CASE WHEN coalesce(eb.typname, e.typname) = 'numeric' AND coalesce(nullif(e.typtypmod, -1), nullif(t.typtypmod, -1), a.atttypmod) >= 4
+    THEN (coalesce(nullif(e.typtypmod, -1), nullif(t.typtypmod, -1), a.atttypmod) - 4) & 65535 ELSE -1 END,
+  a.attndims
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-LEFT JOIN pg_catalog.pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
+LEFT JOIN pg_catalog.pg_type b1 ON t.typtype = 'd' AND b1.oid = t.typbasetype
+LEFT JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN b1.typtype = 'd' THEN b1.typbasetype ELSE b1.oid END
+LEFT JOIN pg_catalog.pg_type e ON coalesce(b.typcategory, t.typcategory) = 'A' AND e.oid = coalesce(b.typelem, t.typelem)
+LEFT JOIN pg_catalog.pg_type eb ON e.typtype = 'd' AND eb.oid = e.typbasetype
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableIdent(s.Table))
 	if err != nil {
 		return readColumnsError(ctx, q, s, err)
@@ -48,9 +63,17 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableI
 	for rows.Next() {
 		var name string
 		var c catalogColumn
-		if err := rows.Scan(&name, &c.typ, &c.base, &c.category, &c.scale, &c.unique); err != nil {
+		var dims int16
+		c.elem = &catalogColumn{}
+		if err := rows.Scan(&name, &c.typ, &c.base, &c.category, &c.scale, &c.unique, &c.elem.base, &c.elem.category, &c.elem.scale, &dims); err != nil {
 			rows.Close()
 			return readColumnsError(ctx, q, s, err)
+		}
+		c.dims = int(dims)
+		if c.category != "A" {
+			c.elem = nil
+		} else {
+			c.elem.typ = c.elem.base
 		}
 		cols[name] = c
 	}
@@ -67,7 +90,7 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableI
 			continue
 		}
 		if want := fits(d.Kind, c); want != "" {
-			problems = append(problems, fmt.Sprintf("column %s is %s, but %s is %s: %s", d.Name, c.typ, fieldName(d), kindGo(d.Kind), want))
+			problems = append(problems, fmt.Sprintf("column %s is %s, but %s is %s: %s (%s)", d.Name, c.typ, fieldName(d), kindGo(d.Kind), want, nearest(c)))
 		}
 		if len(s.Keys) == 1 && i == s.Keys[0] && !c.unique {
 			problems = append(problems, fmt.Sprintf("the key column %s (tagged pk) is neither the primary key of %s nor alone in a unique index: declare the table's key, or add a unique index on %s", d.Name, s.Table, d.Name))
@@ -192,14 +215,68 @@ func fieldName(c protocol.Column) string {
 	return "the field"
 }
 
-// kindGo renders a kind with its constant, "int (KindInt)".
+// kindGo renders a kind with its constant, "int (KindInt)", "[]int
+// (KindArray|KindInt)".
 func kindGo(k protocol.Kind) string {
 	names := map[protocol.Kind]string{
 		protocol.KindString: "KindString", protocol.KindInt: "KindInt", protocol.KindUint: "KindUint",
 		protocol.KindFloat: "KindFloat", protocol.KindBool: "KindBool", protocol.KindTime: "KindTime",
-		protocol.KindBytes: "KindBytes", protocol.KindJSON: "KindJSON",
+		protocol.KindBytes: "KindBytes", protocol.KindJSON: "KindJSON", protocol.KindDecimal: "KindDecimal",
+		protocol.KindText: "KindText",
+	}
+	if k.IsArray() {
+		return k.String() + " (KindArray|" + names[k.Elem()] + ")"
 	}
 	return k.String() + " (" + names[k] + ")"
+}
+
+// nearest names the Go field types that fit column c, for messages.
+func nearest(c catalogColumn) string {
+	if c.elem != nil {
+		if c.dims > 1 {
+			return "declare json.RawMessage for a multidimensional array column"
+		}
+		el := nearestType(*c.elem)
+		if el == "" {
+			return "declare json.RawMessage for this column"
+		}
+		return "declare []" + el + " or json.RawMessage for this column"
+	}
+	if t := nearestType(c); t != "" {
+		return "declare " + t + " for this column"
+	}
+	return "declare json.RawMessage, or a type implementing encoding.TextMarshaler, for this column"
+}
+
+// nearestType returns the Go type that fits a scalar column c best, "" if
+// none is natural.
+func nearestType(c catalogColumn) string {
+	switch {
+	case c.base == "int2" || c.base == "int4" || c.base == "int8" || c.base == "numeric" && c.scale == 0:
+		return "int64"
+	case c.base == "numeric":
+		return "protocol.Decimal"
+	case c.base == "float4" || c.base == "float8":
+		return "float64"
+	case c.base == "bool":
+		return "bool"
+	case c.base == "timestamptz" || c.base == "timestamp" || c.base == "date":
+		return "time.Time"
+	case c.base == "bytea":
+		return "[]byte"
+	case c.base == "json" || c.base == "jsonb":
+		return "json.RawMessage"
+	case textForm(c):
+		return "string"
+	}
+	return ""
+}
+
+// textForm reports whether a string field holds column c's values: text
+// types, enums, uuid, network addresses and intervals, which the capture
+// renders as their Postgres text.
+func textForm(c catalogColumn) bool {
+	return c.category == "S" || c.category == "E" || c.category == "I" || c.base == "uuid" || c.base == "interval"
 }
 
 // fits returns "" if a field of kind k holds every value of column c as the
@@ -209,14 +286,37 @@ func kindGo(k protocol.Kind) string {
 // as its zero value, and a pointer field on a NOT NULL column is merely
 // never nil.
 func fits(k protocol.Kind, c catalogColumn) string {
+	if k.IsArray() {
+		if c.elem == nil {
+			return "a slice field needs an array column (such as " + arrayExample(k.Elem()) + ")"
+		}
+		if c.dims > 1 {
+			return "multidimensional arrays are not supported"
+		}
+		if want := fits(k.Elem(), *c.elem); want != "" {
+			return "its elements are " + c.elem.typ + ": " + want
+		}
+		return ""
+	}
 	isInt := c.base == "int2" || c.base == "int4" || c.base == "int8"
 	switch k {
 	case protocol.KindString:
-		// Text types, enums, uuid, network addresses: JSON strings.
-		if c.category == "S" || c.category == "E" || c.category == "I" || c.base == "uuid" {
+		// Text types, enums, uuid, network addresses, intervals: JSON
+		// strings of their text.
+		if textForm(c) {
 			return ""
 		}
-		return "a string field needs a text, varchar, char, uuid or enum column"
+		return "a string field needs a text, varchar, char, enum, uuid, inet, cidr or interval column"
+	case protocol.KindText:
+		if textForm(c) || c.base == "numeric" || isInt {
+			return ""
+		}
+		return "a field of a type implementing encoding.TextMarshaler needs a column whose text it holds: text, varchar, char, enum, uuid, inet, cidr, interval, numeric or integer"
+	case protocol.KindDecimal:
+		if c.base == "numeric" || isInt {
+			return ""
+		}
+		return "a protocol.Decimal field needs a numeric (or integer) column"
 	case protocol.KindInt, protocol.KindUint:
 		if isInt || c.base == "numeric" && c.scale == 0 {
 			return ""
@@ -249,4 +349,21 @@ func fits(k protocol.Kind, c catalogColumn) string {
 		return "a json.RawMessage field needs a json, jsonb or array column"
 	}
 	return "no column type fits this kind"
+}
+
+// arrayExample names an array column type for elements of kind k.
+func arrayExample(k protocol.Kind) string {
+	switch k {
+	case protocol.KindInt, protocol.KindUint:
+		return "bigint[]"
+	case protocol.KindFloat:
+		return "double precision[]"
+	case protocol.KindBool:
+		return "boolean[]"
+	case protocol.KindTime:
+		return "timestamptz[]"
+	case protocol.KindDecimal:
+		return "numeric[]"
+	}
+	return "text[]"
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/internal/testenv"
@@ -43,6 +44,14 @@ func sqlType(k protocol.Kind) string {
 // createTable creates the table of s in the pool's schema.
 func createTable(t testing.TB, pool *pgxpool.Pool, s *feed.Schema) {
 	t.Helper()
+	if s == feedtest.Values {
+		for _, ddl := range feedtest.ValuesSQL {
+			if _, err := pool.Exec(context.Background(), ddl); err != nil {
+				t.Fatalf("create table %s: %v", s.Table, err)
+			}
+		}
+		return
+	}
 	var cols, keys []string
 	for i, c := range s.Columns {
 		def := pgx.Identifier{c.Name}.Sanitize() + " " + sqlType(c.Kind)

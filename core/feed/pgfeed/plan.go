@@ -21,6 +21,11 @@ const (
 	oidDate        = 1082
 	oidTimestamp   = 1114
 	oidTimestamptz = 1184
+	oidNumeric     = 1700
+	// Arrays of them.
+	oidDateArray        = 1182
+	oidTimestampArray   = 1115
+	oidTimestamptzArray = 1185
 )
 
 // timeFormat renders times as RFC 3339 in UTC with microseconds, which Go's
@@ -75,9 +80,14 @@ type querier interface {
 }
 
 // columnTypes returns the type OIDs of s's declared columns, in order, and
-// an error naming any column the table lacks.
+// an error naming any column the table lacks. A column of a domain has its
+// base type's OID (through two levels of domains), so that it is rendered
+// as its base type is.
 func (f *Feed) columnTypes(ctx context.Context, q querier, s *feed.Schema) ([]uint32, error) {
-	rows, err := q.Query(ctx, `SELECT a.attname::text, a.atttypid::int8 FROM pg_catalog.pg_attribute a
+	rows, err := q.Query(ctx, `SELECT a.attname::text, coalesce(b2.oid, b.oid, a.atttypid)::int8 FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_catalog.pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
+LEFT JOIN pg_catalog.pg_type b2 ON b.typtype = 'd' AND b2.oid = b.typbasetype
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, tableIdent(s.Table))
 	if err != nil {
 		return nil, fmt.Errorf("pgfeed: %w", readColumnsError(ctx, q, s, err))
@@ -240,31 +250,57 @@ func newPlan(s *feed.Schema, types []uint32) *plan {
 // valueExpr renders column i of the row alias as jsonb.
 func (p *plan) valueExpr(alias string, i int) string {
 	col := alias + "." + p.cols[i]
-	switch p.s.Columns[i].Kind {
+	switch k := p.s.Columns[i].Kind; k {
 	case protocol.KindTime:
 		switch p.types[i] {
 		case oidTimestamptz, oidTimestamp, oidDate:
-			return "to_jsonb(" + p.timeText(alias, i) + ")"
+			return "to_jsonb(" + p.timeText(col, p.types[i]) + ")"
 		}
 	case protocol.KindBytes:
 		if p.types[i] == oidBytea {
 			return "to_jsonb(translate(encode(" + col + ", 'base64'), E'\\n', ''))"
 		}
+	case protocol.KindDecimal, protocol.KindText:
+		switch p.types[i] {
+		case oidNumeric, oidInt2, oidInt4, oidInt8:
+			// The number's text as a JSON string: exact, where to_jsonb
+			// would make it a JSON number.
+			return "to_jsonb(" + col + "::text)"
+		}
+		// Other types' to_jsonb is the JSON string of their output
+		// (inet's, unlike its cast to text, without a /32).
+	case protocol.KindArray | protocol.KindDecimal:
+		return "to_jsonb(" + col + "::text[])"
+	case protocol.KindArray | protocol.KindTime:
+		var el uint32
+		switch p.types[i] {
+		case oidTimestamptzArray:
+			el = oidTimestamptz
+		case oidTimestampArray:
+			el = oidTimestamp
+		case oidDateArray:
+			el = oidDate
+		}
+		if el != 0 {
+			// Each element as a KindTime column renders, in order, a NULL
+			// element as null; a NULL array as NULL.
+			return "CASE WHEN " + col + " IS NULL THEN NULL ELSE to_jsonb(ARRAY(SELECT " + p.timeText("u.e", el) +
+				" FROM unnest(" + col + ") WITH ORDINALITY u(e, o) ORDER BY u.o)) END"
+		}
 	}
 	return "to_jsonb(" + col + ")"
 }
 
-// timeText renders column i of the row alias, a timestamptz, timestamp or
-// date column of a KindTime field, as text in timeFormat.
-func (p *plan) timeText(alias string, i int) string {
-	col := alias + "." + p.cols[i]
-	switch p.types[i] {
+// timeText renders expr, a value of type typ (timestamptz, timestamp or
+// date) for a KindTime field, as text in timeFormat.
+func (p *plan) timeText(expr string, typ uint32) string {
+	switch typ {
 	case oidTimestamptz:
-		return "to_char(" + col + " AT TIME ZONE 'UTC', " + timeFormat + ")"
+		return "to_char(" + expr + " AT TIME ZONE 'UTC', " + timeFormat + ")"
 	case oidDate:
-		return "to_char(" + col + "::timestamp, " + timeFormat + ")"
+		return "to_char(" + expr + "::timestamp, " + timeFormat + ")"
 	}
-	return "to_char(" + col + ", " + timeFormat + ")"
+	return "to_char(" + expr + ", " + timeFormat + ")"
 }
 
 // rowExpr renders the declared columns of the row alias as a JSON object.

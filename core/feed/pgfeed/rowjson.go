@@ -84,7 +84,10 @@ func (p *plan) snapshotColumns() []snapCol {
 		kind := p.s.Columns[i].Kind
 		switch typ := p.types[i]; {
 		case kind == protocol.KindTime && (typ == oidTimestamptz || typ == oidTimestamp || typ == oidDate):
-			sc.enc, sc.expr = encTime, p.timeText("t", i)
+			sc.enc, sc.expr = encTime, p.timeText(col, typ)
+		case kind.IsArray() || kind == protocol.KindDecimal || kind == protocol.KindText && typ != oidText && typ != oidVarchar:
+			// Rendered as the capture's expression renders them.
+			sc.enc, sc.expr = encRaw, "("+p.valueExpr("t", i)+")::text"
 		case kind == protocol.KindBytes && typ == oidBytea:
 			sc.enc = encBase64
 		case typ == oidText || typ == oidVarchar:

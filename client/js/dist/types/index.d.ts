@@ -5,6 +5,6 @@ export type { Subscribable } from "./subscribable.js";
 export type { LocalTx, MutateOptions, Mutation, Result } from "./queue.js";
 export type { Strategy, LogItem, Op } from "./replica.js";
 export { memoryStore, indexedDBStore, type Store, type ScopeRecord } from "./storage.js";
-export { ProtocolError, key, type Row, type Condition, type Conditions, type Entry, type Member, type ServerFrame, type TopicFrame } from "./protocol.js";
+export { ProtocolError, key, type Row, type Decimal, type Timestamp, type Base64, type PgArray, type Condition, type Conditions, type Entry, type Member, type ServerFrame, type TopicFrame } from "./protocol.js";
 export type { TideSchema, Scalar, ResourceName, RowOf, ScopeColumns, ConditionsOf, MutatorName, ArgsOf, MutateRest, TopicName, ChannelOf, MessageOf, PresenceOf } from "./schema.js";
 export { TideError, RejectError, ConflictError, type Problem } from "./errors.js";

@@ -1,7 +1,22 @@
-/** A row: a JSON object keyed by column name. */
+/** A row: a JSON object keyed by column name; each value in its wire form (docs/protocol.md, "Column values"). */
 export type Row = {
     [column: string]: unknown;
 };
+/**
+ * A numeric column's value (Go protocol.Decimal): its exact canonical text,
+ * as Postgres prints it ("12.30", "-0.5", "NaN", "-Infinity"). Never a JS
+ * number, so it is never rounded; convert with a decimal library if needed.
+ */
+export type Decimal = string;
+/** A timestamptz, timestamp or date value: RFC 3339 in UTC with microseconds, "2026-12-02T14:30:00.123456Z". */
+export type Timestamp = string;
+/** A bytea value: standard base64. */
+export type Base64 = string;
+/**
+ * A one-dimensional array column's value: a JSON array of its element's wire
+ * form, null for a NULL element (the column itself is null when NULL).
+ */
+export type PgArray<T> = Array<T | null>;
 /** A scope condition: a scalar (equality) or {in: [scalars]}. */
 export type Condition = string | number | boolean | {
     in: Array<string | number | boolean>;
