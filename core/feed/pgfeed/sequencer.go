@@ -156,6 +156,12 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	if err := f.checkFloor(ctx, conn); err != nil {
 		return err
 	}
+	if f.logical() {
+		// The term runs the slot's consumer, which writes each committed
+		// transaction into the change log with its positions: there is
+		// nothing for a step to tick.
+		return f.consume(ctx, conn)
+	}
 
 	// A call is never abandoned half way: when ctx ends, the server is asked
 	// to cancel it and the call returns once the server has rolled it back,
