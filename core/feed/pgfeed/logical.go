@@ -262,7 +262,7 @@ JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regcl
 		}
 		types := make([]string, len(p.s.Columns))
 		for i, c := range p.s.Columns {
-			if err = conn.QueryRow(ctx, `SELECT pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
+			if err = conn.QueryRow(ctx, `SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a
 WHERE a.attrelid = $1::regclass AND a.attname = $2 AND NOT a.attisdropped`, p.table, c.Name).Scan(&types[i]); err != nil {
 				return false
 			}
@@ -356,13 +356,13 @@ func (f *Feed) consumeTx(ctx context.Context, conn *pgx.Conn, st *consumerState,
 			b.Queue(`UPDATE `+f.n.changes+` SET origin = $1 WHERE xid = pg_catalog.pg_current_xact_id()`, nullText(st.origin))
 		}
 		if st.ord > 0 {
-			b.Queue(`INSERT INTO ` + f.n.ticks + ` (pos, next, xids, firsts, snap)
+			b.Queue(`INSERT INTO `+f.n.ticks+` (pos, next, xids, firsts, snap)
 SELECT h.head + 1, h.head + 1 + $1, ARRAY[pg_catalog.pg_current_xact_id()], ARRAY[h.head + 1],
   (x.x::text || ':' || x.x::text || ':')::pg_catalog.pg_snapshot
 FROM (SELECT greatest(
-    (SELECT t.next - 1 FROM ` + f.n.ticks + ` t ORDER BY t.pos DESC LIMIT 1),
-    (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END FROM ` + f.n.seq + ` s),
-    (SELECT m.floor FROM ` + f.n.meta + ` m)) AS head) h,
+    (SELECT t.next - 1 FROM `+f.n.ticks+` t ORDER BY t.pos DESC LIMIT 1),
+    (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END FROM `+f.n.seq+` s),
+    (SELECT m.floor FROM `+f.n.meta+` m)) AS head) h,
   (SELECT pg_catalog.pg_current_xact_id()::text::bigint + 1 AS x) x`, st.ord)
 			b.Queue(`SELECT pg_catalog.pg_notify($1, '')`, f.n.channel)
 		}
