@@ -78,7 +78,9 @@ func (n names) logicalStateDDL() []string {
 // migrateLogical sets up the logical capture of schemas: the consumer's
 // state table, REPLICA IDENTITY FULL on each table (a delete's change
 // carries the whole old row, and a move its old scope), a publication of
-// exactly these tables, and the slot.
+// exactly the synced tables (these, and those of the resources an earlier
+// Migrate installed, as their triggers would stay in the trigger mode),
+// and the slot.
 func (f *Feed) migrateLogical(ctx context.Context, conn logrepl.DB, schemas []*feed.Schema) error {
 	if err := logrepl.CheckWALLevel(ctx, conn); err != nil {
 		return fmt.Errorf("pgfeed: migrate: %w", err)
@@ -99,6 +101,28 @@ func (f *Feed) migrateLogical(ctx context.Context, conn logrepl.DB, schemas []*f
 		tables = append(tables, t)
 		if err := logrepl.SetReplicaIdentityFull(ctx, conn, t); err != nil {
 			return fmt.Errorf("pgfeed: migrate: %w", err)
+		}
+	}
+	rows, err := conn.Query(ctx, `SELECT r.tbl FROM `+f.n.resources+` r`)
+	if err != nil {
+		return f.wrap("migrate: read resources", err)
+	}
+	earlier, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return f.wrap("migrate: read resources", err)
+	}
+	for _, tbl := range earlier {
+		t := tableIdent(tbl)
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", t).Scan(&exists); err != nil {
+			return f.wrap("migrate: find "+tbl, err)
+		}
+		if exists { // a dropped table's resource syncs nothing
+			tables = append(tables, t)
 		}
 	}
 	if err := logrepl.EnsurePublication(ctx, conn, f.publication(), tables); err != nil {
@@ -253,8 +277,14 @@ type consumerState struct {
 func (f *Feed) logicalPlans(ctx context.Context, conn *pgx.Conn) (map[string][]*logicalPlan, error) {
 	out := map[string][]*logicalPlan{}
 	var err error
-	f.plans.Range(func(_, v any) bool {
+	named := map[string]bool{}
+	f.captured.Range(func(k, _ any) bool {
+		v, ok := f.plans.Load(k)
+		if !ok || named[k.(*feed.Schema).Name] {
+			return true // one plan per resource, if Migrate saw two declarations
+		}
 		p := v.(*plan)
+		named[p.s.Name] = true
 		var table string
 		if err = conn.QueryRow(ctx, `SELECT n.nspname || '.' || c.relname FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`, p.table).Scan(&table); err != nil {
