@@ -284,7 +284,7 @@ func dropLogical(t testing.TB, cc *pgx.ConnConfig, schema string) {
 	// wait (server-side) until its slot is free.
 	for attempt := 0; ; attempt++ {
 		var busy bool
-		err := conn.QueryRow(ctx, `SELECT count(pg_catalog.pg_terminate_backend(active_pid, 1000)) >= 0 AND bool_or(active)
+		err := conn.QueryRow(ctx, `SELECT count(pg_catalog.pg_terminate_backend(active_pid, 1000)) >= 0 AND coalesce(bool_or(active), false)
 FROM pg_catalog.pg_replication_slots WHERE slot_name LIKE $1`, like).Scan(&busy)
 		if err != nil {
 			t.Errorf("testenv: drop slots of %s: %v", schema, err)

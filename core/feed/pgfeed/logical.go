@@ -533,6 +533,34 @@ func (f *Feed) catchUp(ctx context.Context) error {
 	}
 }
 
+// slotWatchInterval is how often every candidate node reads the slot's
+// figures for Stats and metrics.
+const slotWatchInterval = 10 * time.Second
+
+// slotWatch reads the slot's figures into the feed's Stats until Close:
+// on every candidate node, so the WAL a slot keeps shows even while no
+// consumer runs.
+func (f *Feed) slotWatch() {
+	defer f.wg.Done()
+	t := time.NewTicker(slotWatchInterval)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+		ls, err := f.LogicalStatus(ctx)
+		cancel()
+		if err == nil {
+			f.slotActive.Store(ls.Active)
+			f.slotLag.Store(ls.LagBytes)
+			f.slotRetained.Store(ls.RetainedBytes)
+		}
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // LogicalStatus is the logical capture's progress, for metrics and tide
 // status.
 type LogicalStatus struct {

@@ -201,8 +201,11 @@ type Feed struct {
 	walRefused     atomic.Bool                      // the WAL stream failed for good once (logged)
 	consumer       atomic.Pointer[logrepl.Consumer] // the logical capture's, once a term ran it
 	logicalSkipped atomic.Int64                     // transactions delivered again and skipped
-	onStreamWait   func()                           // test hook: the sequencer waits for the WAL stream to ring
-	onWALRefused   func()                           // test hook: the WAL stream failed for good
+	slotActive     atomic.Bool                      // the slot's figures, as slotWatch last read them
+	slotLag        atomic.Int64
+	slotRetained   atomic.Int64
+	onStreamWait   func() // test hook: the sequencer waits for the WAL stream to ring
+	onWALRefused   func() // test hook: the WAL stream failed for good
 }
 
 var (

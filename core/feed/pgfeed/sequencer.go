@@ -74,6 +74,10 @@ func (f *Feed) startSequencerLocked() {
 	f.sequencerOn = true
 	f.wg.Add(1)
 	go f.sequencer()
+	if f.logical() {
+		f.wg.Add(1)
+		go f.slotWatch()
+	}
 }
 
 // sequencer is the election loop: try the role's lock on a dedicated
