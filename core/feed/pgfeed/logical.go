@@ -348,9 +348,18 @@ func (f *Feed) consumeTx(ctx context.Context, conn *pgx.Conn, st *consumerState,
 			return err
 		}
 		st.tx, st.skip, st.ord, st.origin, st.written, st.mixed = ltx, false, 0, "", "", false
+		// Written before: its commit is below the recorded end, or (a
+		// transaction committed while Migrate switched the table from
+		// the trigger) the trigger logged it under its own id, the
+		// server's 32-bit id in the epoch of the consumer's (it committed
+		// before the consumer's transaction began).
 		var done bool
-		if err := ltx.QueryRow(ctx, `SELECT `+f.n.stepFn+`() IS NOT NULL AND (SELECT s.lsn FROM `+f.n.logicalState+` s FOR UPDATE) > $1::text::pg_lsn`,
-			logrepl.FormatLSN(tx.CommitLSN)).Scan(&done); err != nil {
+		if err := ltx.QueryRow(ctx, `SELECT `+f.n.stepFn+`() IS NOT NULL AND (
+  (SELECT s.lsn FROM `+f.n.logicalState+` s FOR UPDATE) > $1::text::pg_lsn
+  OR EXISTS (SELECT 1 FROM `+f.n.changes+` c, (SELECT pg_catalog.pg_current_xact_id()::text::bigint AS cur) x
+    WHERE c.xid = (CASE WHEN (x.cur & -4294967296) + $2 > x.cur THEN (x.cur & -4294967296) + $2 - 4294967296
+      ELSE (x.cur & -4294967296) + $2 END)::text::xid8))`,
+			logrepl.FormatLSN(tx.CommitLSN), int64(tx.XID)).Scan(&done); err != nil {
 			return err
 		}
 		st.skip = done

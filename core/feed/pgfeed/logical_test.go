@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/feedtest"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/feed/pgfeed/logrepl"
 	"github.com/tidesync/tide/core/protocol"
@@ -214,5 +215,52 @@ func TestLogicalMigrateNeedsWALLevel(t *testing.T) {
 	err = f.Migrate(testCtx(t), s)
 	if !errors.Is(err, logrepl.ErrWALLevel) || !strings.Contains(err.Error(), "ALTER SYSTEM SET wal_level = logical") {
 		t.Fatalf("Migrate = %v, want logrepl.ErrWALLevel", err)
+	}
+}
+
+// TestSwitchToLogical: a schema captured by triggers is switched to the
+// logical capture by Migrate while a writer commits: every transaction's
+// change is logged exactly once, whether it committed before the slot
+// existed (the trigger's), while Migrate switched (both saw it: the
+// consumer skips the trigger's), or after (the consumer's).
+func TestSwitchToLogical(t *testing.T) {
+	t.Parallel()
+	pool, name := testenv.LogicalSchema(t, nil)
+	ctx := testCtx(t)
+	f1 := newFeedOn(t, pool, name, pgfeed.Options{}, feedtest.Items)
+	f1.StartSequencer()
+	const writes = 300
+	done := make(chan error, 1)
+	wrote := make(chan struct{}, writes)
+	go func() {
+		for i := range writes {
+			if _, err := pool.Exec(ctx, "INSERT INTO feedtest_items (id, tenant, grp, title, n, done) VALUES ($1, 't1', 1, 'x', 0, false)", fmt.Sprintf("k%03d", i)); err != nil {
+				done <- err
+				return
+			}
+			wrote <- struct{}{}
+		}
+		done <- nil
+	}()
+	for range writes / 3 {
+		<-wrote
+	}
+	f2 := migrated(t, pool, name, pgfeed.Options{Capture: pgfeed.CaptureLogical}, feedtest.Items)
+	f1.Close() // the trigger's node goes: the logical one takes the role
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// And one after the switch, which only the consumer sees.
+	insertItem(t, pool, "last", "t1", 1)
+	var n, keys int
+	h := head(t, f2)
+	if err := pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT c.key) FROM "+f2.LogSQL()+" WHERE c.resource = 'items'").Scan(&n, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if n != writes+1 || keys != writes+1 {
+		t.Fatalf("%d changes of %d keys logged up to %d, want each of the %d writes once", n, keys, h, writes+1)
+	}
+	if st := f2.Stats(); st.Sequenced == 0 {
+		t.Fatalf("the logical capture wrote nothing: %+v", st)
 	}
 }
