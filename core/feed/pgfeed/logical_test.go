@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -229,27 +230,39 @@ func TestSwitchToLogical(t *testing.T) {
 	ctx := testCtx(t)
 	f1 := newFeedOn(t, pool, name, pgfeed.Options{}, feedtest.Items)
 	f1.StartSequencer()
-	const writes = 300
+	// The writer commits until Migrate has switched, and 20 more
+	// (bounded).
+	const maxWrites = 20000
+	var switched atomic.Bool
 	done := make(chan error, 1)
-	wrote := make(chan struct{}, writes)
+	wrote := make(chan struct{}, maxWrites)
+	writes := 0
 	go func() {
-		for i := range writes {
-			if _, err := pool.Exec(ctx, "INSERT INTO feedtest_items (id, tenant, grp, title, n, done) VALUES ($1, 't1', 1, 'x', 0, false)", fmt.Sprintf("k%03d", i)); err != nil {
+		after := 0
+		for i := range maxWrites {
+			if _, err := pool.Exec(ctx, "INSERT INTO feedtest_items (id, tenant, grp, title, n, done) VALUES ($1, 't1', 1, 'x', 0, false)", fmt.Sprintf("k%05d", i)); err != nil {
 				done <- err
 				return
 			}
+			writes = i + 1
 			wrote <- struct{}{}
+			if switched.Load() {
+				if after++; after == 20 {
+					break
+				}
+			}
 		}
 		done <- nil
 	}()
-	for range writes / 3 {
+	for range 50 {
 		<-wrote
 	}
 	f2 := migrated(t, pool, name, pgfeed.Options{Capture: pgfeed.CaptureLogical}, feedtest.Items)
-	f1.Close() // the trigger's node goes: the logical one takes the role
+	switched.Store(true)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	f1.Close() // the trigger's node goes: the logical one takes the role
 	// And one after the switch, which only the consumer sees.
 	insertItem(t, pool, "last", "t1", 1)
 	var n, keys int
