@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -506,6 +507,7 @@ func (f *Feed) queueChange(b *pgx.Batch, st *consumerState, ch logrepl.Change) e
 // record a position past it, woken by the feed's notifications. It waits
 // as long as ctx allows: while no node runs the consumer, it waits.
 func (f *Feed) catchUp(ctx context.Context) error {
+	called := time.Now()
 	var passed bool
 	if err := f.pool.QueryRow(ctx, `SELECT s.lsn >= pg_catalog.pg_current_wal_insert_lsn() FROM `+f.n.logicalState+` s`).Scan(&passed); err != nil {
 		return f.notInstalled("wait for the logical capture", err)
@@ -513,8 +515,8 @@ func (f *Feed) catchUp(ctx context.Context) error {
 	if passed {
 		return nil
 	}
-	var mark string
-	if err := f.pool.QueryRow(ctx, `SELECT pg_catalog.pg_logical_emit_message(true, $1, '')::text`, markPrefix).Scan(&mark); err != nil {
+	mark, err := f.markAfter(ctx, called)
+	if err != nil {
 		return f.wrap("wait for the logical capture", err)
 	}
 	wait := time.Millisecond
@@ -568,6 +570,32 @@ func (f *Feed) slotWatch() {
 		case <-t.C:
 		}
 	}
+}
+
+// marks coalesces the WAL marks of concurrent catchUp calls: a mark
+// written after a call began covers it, so calls that arrive while one is
+// written wait for that one instead of writing their own.
+type marks struct {
+	mu      sync.Mutex
+	lsn     string    // the latest mark
+	started time.Time // when the statement writing it began
+}
+
+// markAfter returns the WAL position of a mark written after called.
+func (f *Feed) markAfter(ctx context.Context, called time.Time) (string, error) {
+	m := &f.marks
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lsn != "" && !m.started.Before(called) {
+		return m.lsn, nil
+	}
+	started := time.Now()
+	var lsn string
+	if err := f.pool.QueryRow(ctx, `SELECT pg_catalog.pg_logical_emit_message(true, $1, '')::text`, markPrefix).Scan(&lsn); err != nil {
+		return "", err
+	}
+	m.lsn, m.started = lsn, started
+	return lsn, nil
 }
 
 // LogicalStatus is the logical capture's progress, for metrics and tide

@@ -201,6 +201,7 @@ type Feed struct {
 	walRefused     atomic.Bool                      // the WAL stream failed for good once (logged)
 	consumer       atomic.Pointer[logrepl.Consumer] // the logical capture's, once a term ran it
 	logicalSkipped atomic.Int64                     // transactions delivered again and skipped
+	marks          marks                            // the logical capture's WAL marks (catchUp)
 	slotActive     atomic.Bool                      // the slot's figures, as slotWatch last read them
 	slotLag        atomic.Int64
 	slotRetained   atomic.Int64
