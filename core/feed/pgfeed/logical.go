@@ -321,7 +321,6 @@ func (f *Feed) consume(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	f.consumer.Store(c)
 	st := &consumerState{plans: plans}
 	defer func() {
 		if st.tx != nil {

@@ -195,14 +195,13 @@ type Feed struct {
 	sequencerTerms atomic.Int64
 	sequencerSteps atomic.Int64
 	sequenced      atomic.Int64
-	waker          atomic.Pointer[walWaker]         // the current term's WAL wake-up, or nil
-	stepped        atomic.Pointer[steppedChanges]   // the changes of this node's latest step, for its tailers
-	walWakeups     atomic.Int64                     // looks the WAL stream started
-	walRefused     atomic.Bool                      // the WAL stream failed for good once (logged)
-	consumer       atomic.Pointer[logrepl.Consumer] // the logical capture's, once a term ran it
-	logicalSkipped atomic.Int64                     // transactions delivered again and skipped
-	marks          marks                            // the logical capture's WAL marks (catchUp)
-	slotActive     atomic.Bool                      // the slot's figures, as slotWatch last read them
+	waker          atomic.Pointer[walWaker]       // the current term's WAL wake-up, or nil
+	stepped        atomic.Pointer[steppedChanges] // the changes of this node's latest step, for its tailers
+	walWakeups     atomic.Int64                   // looks the WAL stream started
+	walRefused     atomic.Bool                    // the WAL stream failed for good once (logged)
+	logicalSkipped atomic.Int64                   // transactions delivered again and skipped
+	marks          marks                          // the logical capture's WAL marks (catchUp)
+	slotActive     atomic.Bool                    // the slot's figures, as slotWatch last read them
 	slotLag        atomic.Int64
 	slotRetained   atomic.Int64
 	onStreamWait   func() // test hook: the sequencer waits for the WAL stream to ring
