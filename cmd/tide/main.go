@@ -1,9 +1,14 @@
 // Command tide operates tide's Postgres change log from a shell or a deploy
 // job:
 //
-//	tide migrate   install or upgrade tide's own schema (idempotent)
+//	tide migrate   install or upgrade tide's own schema (idempotent);
+//	               --logical also sets up the logical capture's
+//	               publication and replication slot
+//	tide slot drop drop the logical capture's replication slot and
+//	               publication, releasing the WAL the slot keeps
 //	tide status    schema version, head, retention floor, change-log size,
-//	               which node holds the sequencer and the replicator roles
+//	               which node holds the sequencer and the replicator roles,
+//	               the logical capture's slot lag and retained WAL
 //	tide tail      follow the change log as it commits, like tail -f
 //	tide prune     drop changes past the retention limits, or through a
 //	               position at or below the head (--dry-run: say what

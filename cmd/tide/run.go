@@ -27,7 +27,9 @@ const (
 const usage = `usage: tide <command> [flags]
 
 commands:
-  migrate   install or upgrade tide's schema (idempotent)
+  migrate   install or upgrade tide's schema (idempotent); --logical: and
+            the logical capture's publication and replication slot
+  slot drop drop the logical capture's replication slot and publication
   status    schema version, head, floor, change-log size, who holds each role
   tail      follow the change log as it commits
   prune     drop changes past the retention limits (--dry-run to see first)
@@ -57,10 +59,11 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"migrate": {migrateFlags},
-	"status":  {statusFlags},
-	"tail":    {tailFlags},
-	"prune":   {pruneFlags},
+	"migrate":   {migrateFlags},
+	"slot drop": {slotDropFlags},
+	"status":    {statusFlags},
+	"tail":      {tailFlags},
+	"prune":     {pruneFlags},
 }
 
 // run runs the command line args and returns the exit code.
@@ -73,6 +76,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return exitOK
 	}
 	name := args[0]
+	if name == "slot" && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+		name, args = "slot "+args[1], args[1:]
+	}
 	cmd, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "tide: unknown command %q\n\n%s", name, usage)
@@ -193,8 +199,14 @@ func (e *env) printJSON(v any) error {
 // --- migrate
 
 func migrateFlags(fs *flag.FlagSet) func(*env) error {
+	logical := fs.Bool("logical", false, "also set up the logical capture (pgfeed.CaptureLogical): check wal_level, publish the synced tables with REPLICA IDENTITY FULL, create the replication slot")
+	slot := fs.String("slot", "", "the logical capture's replication slot (default <schema>_logrepl)")
 	return func(e *env) error {
-		pool, f, err := e.connect(pgfeed.Options{})
+		opts := pgfeed.Options{Slot: *slot}
+		if *logical {
+			opts.Capture = pgfeed.CaptureLogical
+		}
+		pool, f, err := e.connect(opts)
 		if err != nil {
 			return err
 		}
@@ -209,13 +221,42 @@ func migrateFlags(fs *flag.FlagSet) func(*env) error {
 			return err
 		}
 		if e.json {
-			return e.printJSON(map[string]any{"database": e.db, "schema": e.schema, "version": after, "previous_version": before, "changed": before != after})
+			out := map[string]any{"database": e.db, "schema": e.schema, "version": after, "previous_version": before, "changed": before != after}
+			if *logical {
+				out["slot"] = f.SlotName()
+			}
+			return e.printJSON(out)
 		}
 		if before == after {
 			fmt.Fprintf(e.out, "schema %s in %s is up to date (version %d)\n", e.schema, e.db, after)
 		} else {
 			fmt.Fprintf(e.out, "schema %s in %s migrated from version %d to %d\n", e.schema, e.db, before, after)
 		}
+		if *logical {
+			fmt.Fprintf(e.out, "replication slot %s is ready: it keeps WAL until a node's consumer confirms it; drop it with tide slot drop when the logical capture stops for good\n", f.SlotName())
+		}
+		return nil
+	}
+}
+
+// --- slot drop
+
+func slotDropFlags(fs *flag.FlagSet) func(*env) error {
+	slot := fs.String("slot", "", "the replication slot (default <schema>_logrepl)")
+	return func(e *env) error {
+		pool, f, err := e.connect(pgfeed.Options{Capture: pgfeed.CaptureLogical, Slot: *slot})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		defer f.Close()
+		if err := f.DropSlot(e.ctx); err != nil {
+			return err
+		}
+		if e.json {
+			return e.printJSON(map[string]any{"database": e.db, "schema": e.schema, "slot": f.SlotName(), "dropped": true})
+		}
+		fmt.Fprintf(e.out, "replication slot %s and its publication in %s are gone (nothing if they did not exist); the server no longer keeps WAL for them\n", f.SlotName(), e.db)
 		return nil
 	}
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
+	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed"
+	"github.com/tidesync/tide/core/feed/pgfeed/logrepl"
 	"github.com/tidesync/tide/core/feed/replicator"
 )
 
@@ -24,6 +27,8 @@ type status struct {
 	NewestCommit  *time.Time       `json:"newest_commit,omitempty"`
 	Resources     []resourceStatus `json:"resources"`
 	Roles         []roleHolder     `json:"roles"` // sequencer, replicator
+	// Slot is the logical capture's replication slot, when there is one.
+	Slot *feed.SlotStatus `json:"slot,omitempty"`
 }
 
 type resourceStatus struct {
@@ -104,6 +109,11 @@ FROM `+e.quoted("resources")+` r ORDER BY r.name`)
 			}
 			st.Roles = append(st.Roles, rh)
 		}
+		if s, err := logrepl.ReadSlot(e.ctx, pool, f.SlotName()); err == nil {
+			st.Slot = &feed.SlotStatus{Name: f.SlotName(), Active: s.Active, LagBytes: s.LagBytes, RetainedBytes: s.RetainedBytes}
+		} else if !errors.Is(err, logrepl.ErrNoSlot) {
+			return fmt.Errorf("reading the replication slot: %w", err)
+		}
 		if e.json {
 			return e.printJSON(st)
 		}
@@ -126,6 +136,13 @@ FROM `+e.quoted("resources")+` r ORDER BY r.name`)
 			default:
 				fmt.Fprintf(w, "%s\tnone (no node is running: committed changes wait for one)\n", r.Role)
 			}
+		}
+		if s := st.Slot; s != nil {
+			state := "no consumer streams from it: WAL accumulates"
+			if s.Active {
+				state = "streaming"
+			}
+			fmt.Fprintf(w, "logical slot\t%s (%s), lag %d bytes, retained WAL %d bytes\n", s.Name, state, s.LagBytes, s.RetainedBytes)
 		}
 		for _, r := range st.Resources {
 			fmt.Fprintf(w, "resource %s\ttable %s, floor %d, %d changes\n", r.Name, r.Table, r.Floor, r.Changes)

@@ -33,6 +33,25 @@ type Role struct {
 	// on it forces a failover.
 	Holder    string `json:"holder"`
 	HolderPID uint32 `json:"holder_pid,omitempty"`
+	// Slot is the replication slot whose consumer the role runs, as the
+	// database reports it (the Postgres feed's logical capture); nil for
+	// a role without one.
+	Slot *SlotStatus `json:"slot,omitempty"`
+}
+
+// SlotStatus is a replication slot's progress: how far its consumer is
+// behind and the WAL the slot keeps on the database server's disk.
+type SlotStatus struct {
+	// Name is the slot's name.
+	Name string `json:"name"`
+	// Active is true while a consumer streams from the slot.
+	Active bool `json:"active"`
+	// LagBytes is the WAL written since the position the consumer last
+	// confirmed.
+	LagBytes int64 `json:"lag_bytes"`
+	// RetainedBytes is the WAL the slot keeps: it grows without bound
+	// while no consumer confirms.
+	RetainedBytes int64 `json:"retained_bytes"`
 }
 
 // RoleReporter is implemented by the parts of a node that take part in a

@@ -13,9 +13,15 @@ import (
 // the suite's tables and a tide schema of its own, so subtests run in
 // parallel.
 // harness runs the feed suite on Postgres; pollOnly sets Options.PollOnly.
-type harness struct{ pollOnly bool }
+// logical runs it on the logical capture, on a server with wal_level
+// logical.
+type harness struct{ pollOnly, logical bool }
 
 func (h harness) New(t *testing.T, schemas ...*feed.Schema) (feed.Feed, feed.Writer) {
+	if h.logical {
+		f, _ := newLogicalFeed(t, pgfeed.Options{}, schemas...)
+		return f, f
+	}
 	f, _ := newFeed(t, pgfeed.Options{PollOnly: h.pollOnly}, schemas...)
 	return f, f
 }
@@ -31,3 +37,7 @@ func TestConformance(t *testing.T) { feedtest.Run(t, harness{}) }
 // The suite again with a sequencer that polls alone, as it does where the
 // role may not read the WAL stream.
 func TestConformancePollOnly(t *testing.T) { feedtest.Run(t, harness{pollOnly: true}) }
+
+// The suite on the logical capture: the sequencer's leader runs the
+// slot's consumer.
+func TestConformanceLogical(t *testing.T) { feedtest.Run(t, harness{logical: true}) }

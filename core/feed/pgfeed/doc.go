@@ -61,6 +61,24 @@
 // the sequencer looks as soon as the WAL shows a capture, or every
 // Options.SequencerInterval (docs/performance.md has the figures).
 //
+// # Logical replication
+//
+// With Options.Capture = CaptureLogical no trigger is installed: Migrate
+// publishes the synced tables (REPLICA IDENTITY FULL) and makes a
+// replication slot (it needs wal_level = logical and returns an error
+// matching logrepl.ErrWALLevel otherwise), and the sequencer's leader runs
+// the slot's consumer (package logrepl), which writes each committed
+// transaction's changes, rendered by the trigger's own expressions, and
+// the tick that positions them in one transaction, then confirms the
+// slot. The change log, positions and guarantees below are the same,
+// except that TRUNCATE is not captured (it is logged) and a server
+// mutator's transaction cannot list its writes before it commits. Head
+// and Snapshot wait for the consumer to pass a WAL mark written when they
+// are called. The slot keeps WAL while no consumer confirms it: watch
+// Stats().SlotRetainedBytes, and drop the slot (DropSlot, tide slot drop)
+// when the logical capture stops for good. docs/operations.md says when
+// to choose which.
+//
 // # Guarantees
 //
 //   - Commit-ordered, gap-free positions: once Head or a read has returned

@@ -78,6 +78,15 @@ func newFeed(t testing.TB, opts pgfeed.Options, schemas ...*feed.Schema) (*pgfee
 	return newFeedOn(t, pool, name, opts, schemas...), pool
 }
 
+// newLogicalFeed is newFeed on the server with wal_level logical, with
+// the logical capture.
+func newLogicalFeed(t testing.TB, opts pgfeed.Options, schemas ...*feed.Schema) (*pgfeed.Feed, *pgxpool.Pool) {
+	t.Helper()
+	pool, name := testenv.LogicalSchema(t, nil)
+	opts.Capture = pgfeed.CaptureLogical
+	return newFeedOn(t, pool, name, opts, schemas...), pool
+}
+
 func newFeedOn(t testing.TB, pool *pgxpool.Pool, name string, opts pgfeed.Options, schemas ...*feed.Schema) *pgfeed.Feed {
 	t.Helper()
 	for _, s := range schemas {

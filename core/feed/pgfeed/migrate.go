@@ -359,6 +359,11 @@ func (f *Feed) Migrate(ctx context.Context, schemas ...*feed.Schema) error {
 	if err := f.migrateBase(ctx, conn); err != nil {
 		return err
 	}
+	if f.logical() {
+		if err := f.migrateLogical(ctx, conn, schemas); err != nil {
+			return err
+		}
+	}
 	for _, s := range schemas {
 		if err := f.installCapture(ctx, conn, s); err != nil {
 			return err
@@ -453,6 +458,9 @@ func (f *Feed) installCapture(ctx context.Context, conn *pgxpool.Conn, s *feed.S
 	}
 	p := newPlan(s, types)
 	ddl := f.captureDDL(p)
+	if f.logical() {
+		ddl = f.logicalDDL(p)
+	}
 	install := installHash(ddl)
 
 	var oldLayout, oldInstall string
@@ -467,7 +475,7 @@ func (f *Feed) installCapture(ctx context.Context, conn *pgxpool.Conn, s *feed.S
 	if err != nil {
 		return f.wrap("migrate: find trigger of "+s.Name, err)
 	}
-	if exists && oldLayout == p.layout && oldInstall == install && hasTrigger {
+	if exists && oldLayout == p.layout && oldInstall == install && hasTrigger != f.logical() {
 		f.plans.Store(s, p)
 		f.captured.Store(s, struct{}{})
 		return nil
@@ -576,7 +584,7 @@ func (f *Feed) CheckCapture(ctx context.Context, s *feed.Schema) error {
 		return f.notInstalled("check the capture of "+s.Name, err)
 	}
 	switch {
-	case layout == "" || !hasTrigger:
+	case layout == "" || hasTrigger == f.logical():
 		return fmt.Errorf("pgfeed: resource %s: %w: Migrate has not installed its capture; register every resource before calling Migrate(ctx, engine.Schemas()...), or use tide.Open", s.Name, feed.ErrNotCaptured)
 	case layout != p.layout:
 		return fmt.Errorf("pgfeed: resource %s: %w as declared: its capture was installed for another declaration (table, key, scope or columns); run Migrate with the current schemas", s.Name, feed.ErrNotCaptured)

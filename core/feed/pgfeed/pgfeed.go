@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/pgfeed/logrepl"
 	"github.com/tidesync/tide/core/protocol"
 )
 
@@ -82,6 +83,16 @@ type Options struct {
 	// set, the feed polls. Zero value: false.
 	PollOnly bool
 
+	// Capture is how changes are recorded: CaptureTrigger (the zero
+	// value) with a row trigger in each writer's transaction, or
+	// CaptureLogical from the logical replication stream (see Capture).
+	Capture Capture
+	// Slot is the replication slot of CaptureLogical. It must be 1 to 63
+	// lower-case letters, digits and underscores, unique on the server
+	// (slots are shared by all its databases). Zero value:
+	// logrepl.SlotName(Schema), Schema + "_logrepl".
+	Slot string
+
 	// Node names this node to operators: the connections that hold a
 	// database-wide role carry it in their application_name ("tide
 	// sequencer <Node>", see RoleAppName), so tide status, the status page
@@ -123,6 +134,9 @@ func (o Options) withDefaults() Options {
 	o.SequencerInterval = max(o.SequencerInterval, time.Millisecond)
 	if o.SequencerBatch <= 0 {
 		o.SequencerBatch = DefaultSequencerBatch
+	}
+	if o.Slot == "" {
+		o.Slot = logrepl.SlotName(o.Schema)
 	}
 	if o.Node == "" {
 		o.Node = feed.DefaultNode()
@@ -185,8 +199,13 @@ type Feed struct {
 	stepped        atomic.Pointer[steppedChanges] // the changes of this node's latest step, for its tailers
 	walWakeups     atomic.Int64                   // looks the WAL stream started
 	walRefused     atomic.Bool                    // the WAL stream failed for good once (logged)
-	onStreamWait   func()                         // test hook: the sequencer waits for the WAL stream to ring
-	onWALRefused   func()                         // test hook: the WAL stream failed for good
+	logicalSkipped atomic.Int64                   // transactions delivered again and skipped
+	marks          marks                          // the logical capture's WAL marks (catchUp)
+	slotActive     atomic.Bool                    // the slot's figures, as slotWatch last read them
+	slotLag        atomic.Int64
+	slotRetained   atomic.Int64
+	onStreamWait   func() // test hook: the sequencer waits for the WAL stream to ring
+	onWALRefused   func() // test hook: the WAL stream failed for good
 }
 
 var (
@@ -207,6 +226,15 @@ func New(pool *pgxpool.Pool, opts Options) (*Feed, error) {
 	opts = opts.withDefaults()
 	if err := validName(opts.Schema, maxSchemaLen); err != nil {
 		return nil, fmt.Errorf("pgfeed: Options.Schema: %w", err)
+	}
+	switch opts.Capture {
+	case CaptureTrigger:
+	case CaptureLogical:
+		if err := validName(opts.Slot, 63); err != nil {
+			return nil, fmt.Errorf("pgfeed: Options.Slot: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("pgfeed: Options.Capture: unknown mode %d", opts.Capture)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := newNames(opts.Schema)
@@ -271,6 +299,11 @@ func (f *Feed) setEpoch(e string) error {
 // covers every change committed before Head was called. It also loads the
 // epoch.
 func (f *Feed) Head(ctx context.Context) (feed.Position, error) {
+	if f.logical() {
+		if err := f.catchUp(ctx); err != nil {
+			return 0, err
+		}
+	}
 	var head int64
 	var epoch string
 	err := f.pool.QueryRow(ctx, f.n.headSQL).Scan(&head, &epoch)
@@ -307,27 +340,28 @@ func (f *Feed) notInstalled(what string, err error) error {
 
 // names are the SQL names derived from the schema name.
 type names struct {
-	schema     string // quoted schema
-	changes    string // qualified, quoted
-	outbox     string // unsequenced changes
-	seqFn      string // the sequencer function
-	stepRowsFn string // a step returning the changes it gave positions to (see stepRowsFunction)
-	stepFn     string // begins a step: the step lock, and the sequence past the reservation after a restart
-	meta       string
-	resources  string
-	migrations string
-	keys       string // idempotency keys of mutations
-	seq        string
-	seqLit     string // the sequence as a string literal, for nextval
-	ticks      string // the positions of committed transactions (see ticks.go)
-	captureSeq string // numbers changes in the order they are captured (cseq)
-	ordGUC     string // the setting counting a transaction's changes (ord)
-	channel    string // raw NOTIFY channel name
-	lockA      int32  // sequencing lock: pg_advisory_xact_lock(lockA, key), one step at a time
-	sequencerA int32  // the sequencer role: pg_try_advisory_lock(sequencerA, key), session-level
-	migrateA   int32  // migration lock: pg_advisory_lock(migrateA, key)
-	pruneA     int32  // pruning lock: pg_try_advisory_xact_lock(pruneA, key)
-	key        int32  // second key, derived from the schema name
+	schema       string // quoted schema
+	changes      string // qualified, quoted
+	outbox       string // unsequenced changes
+	seqFn        string // the sequencer function
+	stepRowsFn   string // a step returning the changes it gave positions to (see stepRowsFunction)
+	stepFn       string // begins a step: the step lock, and the sequence past the reservation after a restart
+	meta         string
+	resources    string
+	migrations   string
+	keys         string // idempotency keys of mutations
+	seq          string
+	seqLit       string // the sequence as a string literal, for nextval
+	ticks        string // the positions of committed transactions (see ticks.go)
+	logicalState string // the logical capture's last written transaction end (logical.go)
+	captureSeq   string // numbers changes in the order they are captured (cseq)
+	ordGUC       string // the setting counting a transaction's changes (ord)
+	channel      string // raw NOTIFY channel name
+	lockA        int32  // sequencing lock: pg_advisory_xact_lock(lockA, key), one step at a time
+	sequencerA   int32  // the sequencer role: pg_try_advisory_lock(sequencerA, key), session-level
+	migrateA     int32  // migration lock: pg_advisory_lock(migrateA, key)
+	pruneA       int32  // pruning lock: pg_try_advisory_xact_lock(pruneA, key)
+	key          int32  // second key, derived from the schema name
 
 	headExpr         string // scalar subquery: the head
 	headSQL, tailSQL string
@@ -348,26 +382,27 @@ const (
 func newNames(schema string) names {
 	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	n := names{
-		schema:     pgx.Identifier{schema}.Sanitize(),
-		changes:    q("changes"),
-		outbox:     q("outbox"),
-		seqFn:      q("sequence"),
-		stepRowsFn: q("step_rows"),
-		stepFn:     q("begin_step"),
-		meta:       q("meta"),
-		resources:  q("resources"),
-		migrations: q("schema_migrations"),
-		keys:       q("mutation_keys"),
-		seq:        q("pos_seq"),
-		ticks:      q("ticks"),
-		captureSeq: q("capture_seq"),
-		ordGUC:     ordSetting(schema),
-		channel:    shortIdent(schema + "_changes"),
-		lockA:      lockClassCapture,
-		sequencerA: lockClassSequencer,
-		migrateA:   lockClassMigrate,
-		pruneA:     lockClassPrune,
-		key:        int32(crc32.ChecksumIEEE([]byte(schema))),
+		schema:       pgx.Identifier{schema}.Sanitize(),
+		changes:      q("changes"),
+		outbox:       q("outbox"),
+		seqFn:        q("sequence"),
+		stepRowsFn:   q("step_rows"),
+		stepFn:       q("begin_step"),
+		meta:         q("meta"),
+		resources:    q("resources"),
+		migrations:   q("schema_migrations"),
+		keys:         q("mutation_keys"),
+		seq:          q("pos_seq"),
+		ticks:        q("ticks"),
+		logicalState: q("logical_state"),
+		captureSeq:   q("capture_seq"),
+		ordGUC:       ordSetting(schema),
+		channel:      shortIdent(schema + "_changes"),
+		lockA:        lockClassCapture,
+		sequencerA:   lockClassSequencer,
+		migrateA:     lockClassMigrate,
+		pruneA:       lockClassPrune,
+		key:          int32(crc32.ChecksumIEEE([]byte(schema))),
 	}
 	n.seqLit = quoteLit(n.seq)
 	n.headExpr = `(SELECT greatest((SELECT t.next - 1 FROM ` + n.ticks + ` t ORDER BY t.pos DESC LIMIT 1), m.floor) FROM ` + n.meta + ` m)`

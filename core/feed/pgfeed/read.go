@@ -161,6 +161,11 @@ func (f *Feed) Snapshot(ctx context.Context, q feed.SnapshotQuery) (feed.Snapsho
 	if err != nil {
 		return feed.SnapshotPage{}, err
 	}
+	if f.logical() {
+		if err := f.catchUp(ctx); err != nil {
+			return feed.SnapshotPage{}, err
+		}
+	}
 	page, err := f.snapshot(ctx, p, q, true)
 	if isBadParameter(err) {
 		// A condition value the column's type cannot hold (say "x" for a

@@ -65,6 +65,13 @@ func (f *Feed) Roles(ctx context.Context) ([]feed.Role, error) {
 			r.Holder = h.Application // an older version's session
 		}
 	}
+	if f.logical() {
+		ls, err := f.LogicalStatus(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.Slot = &feed.SlotStatus{Name: ls.Slot, Active: ls.Active, LagBytes: ls.LagBytes, RetainedBytes: ls.RetainedBytes}
+	}
 	return []feed.Role{r}, nil
 }
 

@@ -74,6 +74,10 @@ func (f *Feed) startSequencerLocked() {
 	f.sequencerOn = true
 	f.wg.Add(1)
 	go f.sequencer()
+	if f.logical() {
+		f.wg.Add(1)
+		go f.slotWatch()
+	}
 }
 
 // sequencer is the election loop: try the role's lock on a dedicated
@@ -155,6 +159,12 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 	f.log.Info("pgfeed: sequencing", "schema", f.opts.Schema, "pid", conn.PgConn().PID())
 	if err := f.checkFloor(ctx, conn); err != nil {
 		return err
+	}
+	if f.logical() {
+		// The term runs the slot's consumer, which writes each committed
+		// transaction into the change log with its positions: there is
+		// nothing for a step to tick.
+		return f.consume(ctx, conn)
 	}
 
 	// A call is never abandoned half way: when ctx ends, the server is asked

@@ -26,26 +26,42 @@ import (
 // long transaction is open and the other writers commit.
 func TestLongTransactionDeliveredLast(t *testing.T) {
 	t.Parallel()
-	for _, failover := range []bool{false, true} {
-		name := "one node"
-		if failover {
-			name = "sequencer fails over"
+	for _, logical := range []bool{false, true} {
+		for _, failover := range []bool{false, true} {
+			name := "one node"
+			if failover {
+				name = "sequencer fails over"
+			}
+			if logical {
+				name = "logical capture, " + name
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				runLongTransaction(t, failover, logical)
+			})
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			runLongTransaction(t, failover)
-		})
 	}
 }
 
-func runLongTransaction(t *testing.T, failover bool) {
-	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, 16) })
+// runLongTransaction runs TestLongTransactionDeliveredLast's case; with
+// logical, on the logical capture, whose consumer runs in the sequencer's
+// term and fails over with it.
+func runLongTransaction(t *testing.T, failover, logical bool) {
+	var pool *pgxpool.Pool
+	var name string
+	var opts pgfeed.Options
+	if logical {
+		pool, name = testenv.LogicalSchema(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
+		opts.Capture = pgfeed.CaptureLogical
+	} else {
+		pool, name = testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, 16) })
+	}
 	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
-	a := newE2EServer(t, pool, name, pgfeed.Options{}, core.Config{})
+	a := newE2EServer(t, pool, name, opts, core.Config{})
 	nodes := []*e2eServer{a, a}
 	if failover {
-		nodes[1] = newE2ENode(t, pool, name, pgfeed.Options{}, core.Config{})
+		nodes[1] = newE2ENode(t, pool, name, opts, core.Config{})
 	}
 
 	specs := []scopeSpec{scopeAll(), scopeTenant("t1"), scopeTenant("t2")}

@@ -41,6 +41,11 @@ func (f *Feed) SnapshotPages(ctx context.Context, q feed.SnapshotQuery, fn func(
 	if err != nil {
 		return err
 	}
+	if f.logical() {
+		if err := f.catchUp(ctx); err != nil {
+			return err
+		}
+	}
 	sent, err := f.streamSnapshot(ctx, p, q, true, fn)
 	if isBadParameter(err) && !sent {
 		// As in Snapshot: compare as text only.

@@ -176,6 +176,17 @@ type Stats struct {
 	SequencerTerms int64 // times this feed took the sequencer role
 	SequencerSteps int64 // sequencing steps of this feed's sequencer that gave positions
 	Sequenced      int64 // changes this feed's sequencer gave positions to
+
+	// The logical capture's slot (CaptureLogical), as every candidate
+	// node last read it (every slotWatchInterval): whether a consumer
+	// streams from it, the WAL written since its consumer's confirmed
+	// position, and the WAL it keeps. Zero in the trigger mode.
+	SlotActive        bool
+	SlotLagBytes      int64
+	SlotRetainedBytes int64
+	// LogicalSkipped counts transactions this feed's consumer received
+	// again after writing them (delivery is at least once) and skipped.
+	LogicalSkipped int64
 }
 
 // Stats returns the feed's counters.
@@ -188,5 +199,10 @@ func (f *Feed) Stats() Stats {
 		SequencerTerms:   f.sequencerTerms.Load(),
 		SequencerSteps:   f.sequencerSteps.Load(),
 		Sequenced:        f.sequenced.Load(),
+
+		SlotActive:        f.slotActive.Load(),
+		SlotLagBytes:      f.slotLag.Load(),
+		SlotRetainedBytes: f.slotRetained.Load(),
+		LogicalSkipped:    f.logicalSkipped.Load(),
 	}
 }

@@ -89,6 +89,15 @@ func TestTorture(t *testing.T) {
 			}
 		})
 	}
+	t.Run("logical capture", func(t *testing.T) {
+		r := runTorture(t, seed, pgfeed.Options{Capture: pgfeed.CaptureLogical}, 0)
+		for _, v := range r.violations {
+			t.Error(v)
+		}
+		if r.outOfOrder == 0 || r.reconnects == 0 || r.changes == 0 {
+			t.Error("no out-of-order commit, no reconnects or no changes: the workload did not exercise what it must")
+		}
+	})
 	t.Run("broken capture is detected", func(t *testing.T) {
 		r := runTorture(t, seed, pgfeed.Broken(pgfeed.Options{}), 0)
 		if len(r.violations) == 0 {
@@ -99,7 +108,13 @@ func TestTorture(t *testing.T) {
 }
 
 func runTorture(t *testing.T, seed uint64, opts pgfeed.Options, replayCache int) tortureReport {
-	pool, name := testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, tortureWriters+12) })
+	var pool *pgxpool.Pool
+	var name string
+	if opts.Capture == pgfeed.CaptureLogical {
+		pool, name = testenv.LogicalSchema(t, func(c *pgxpool.Config) { c.MaxConns = tortureWriters + 12 })
+	} else {
+		pool, name = testenv.PostgresConfig(t, func(c *pgxpool.Config) { c.MaxConns = testenv.PoolSize(t, tortureWriters+12) })
+	}
 	// Small pages and send buffers, so replays page and buffers overflow.
 	srv := newE2EServer(t, pool, name, opts, core.Config{PageSize: 25, SendBuffer: 32 << 10, ReplayCache: replayCache})
 	ctx, cancel := context.WithCancel(testenv.Context(t))

@@ -82,10 +82,25 @@ func (t *Tx) Written(ctx context.Context) ([]feed.Written, error) {
 // TxOf returns the pgx.Tx of a mutator's transaction (core.Tx.Feed()), or
 // nil when tx is not one of this package's (another feed runs the engine).
 func TxOf(tx feed.Tx) pgx.Tx {
-	if t, ok := tx.(*Tx); ok {
+	switch t := tx.(type) {
+	case *Tx:
 		return t.tx
+	case logicalTx:
+		return t.t.tx
 	}
 	return nil
+}
+
+// logicalTx is the transaction of a server-side mutation under the
+// logical capture. Its changes reach the change log only after it commits
+// (the replication stream carries committed transactions), so it cannot
+// list them: it is no feed.WriteLister, and a principal with token grants
+// may not run mutations (core refuses them, failing closed).
+type logicalTx struct{ t *Tx }
+
+// Apply writes muts in the transaction.
+func (l logicalTx) Apply(ctx context.Context, muts ...feed.Mutation) error {
+	return l.t.Apply(ctx, muts...)
 }
 
 // keyRetention is how long idempotency keys are kept: as long as changes
@@ -130,7 +145,11 @@ func (f *Feed) Transact(ctx context.Context, id feed.MutationID, fn func(ctx con
 		if err := SetClientOrigin(ctx, tx, id.Origin); err != nil {
 			return err
 		}
-		r, err := fn(ctx, &Tx{f: f, tx: tx})
+		var ftx feed.Tx = &Tx{f: f, tx: tx}
+		if f.logical() {
+			ftx = logicalTx{ftx.(*Tx)}
+		}
+		r, err := fn(ctx, ftx)
 		if err != nil {
 			if transient(err) || tx.Conn().IsClosed() {
 				err = fmt.Errorf("%w: %w", feed.ErrTransient, err)

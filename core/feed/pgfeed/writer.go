@@ -29,13 +29,28 @@ type Execer interface {
 //	_, _ = tx.Exec(ctx, "UPDATE todos SET done = true WHERE id = $1", id)
 //	_ = tx.Commit(ctx)
 //
+// For the logical capture (CaptureLogical), which runs outside the
+// transaction, the same statement also writes the origin into the WAL as a
+// transactional logical decoding message (pg_logical_emit_message(true,
+// 'tide.origin', origin)), which the replication stream delivers inside
+// the transaction; it does so only when origin or the setting it replaces
+// is not empty, so untagged transactions write nothing more. One
+// statement serves both capture modes.
+//
 // The capture reads the setting when the transaction commits, so the last
 // value set in the transaction tags all its changes. Outside a transaction
 // the setting lasts only for the one statement and tags nothing.
 func SetClientOrigin(ctx context.Context, tx Execer, origin string) error {
-	_, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('tide.origin', $1, true)", origin)
+	_, err := tx.Exec(ctx, setOriginSQL, origin)
 	return err
 }
+
+// setOriginSQL sets tide.origin and, when it or the value it replaces is
+// not empty, emits it as a message; the fenced subquery (OFFSET 0) runs
+// first, reading the value before it is replaced.
+const setOriginSQL = `SELECT pg_catalog.set_config('tide.origin', $1, true)
+FROM (SELECT CASE WHEN $1 <> '' OR coalesce(pg_catalog.current_setting('tide.origin', true), '') <> ''
+  THEN pg_catalog.pg_logical_emit_message(true, '` + originPrefix + `', $1) END AS m OFFSET 0) m`
 
 // Apply writes the mutations in one transaction, in order, tagged with
 // origin: an upsert is INSERT … ON CONFLICT (key) DO UPDATE from the JSON

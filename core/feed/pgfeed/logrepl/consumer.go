@@ -38,6 +38,12 @@ type Config struct {
 	// not correctness. A stream silent for three intervals, despite a
 	// report that asked for a reply, is given up (ErrSilent).
 	StatusInterval time.Duration
+	// Messages asks the server for the transactional logical decoding
+	// messages of each transaction (pgoutput's messages option, Postgres
+	// 14 and later), delivered in Tx.Messages; a transaction that emitted
+	// messages and changed no published table is then delivered too. Zero
+	// value: false, no messages.
+	Messages bool
 	// MaxPieceChanges is the most changes one Tx holds (zero means
 	// 10,000): a larger transaction arrives in pieces (see Tx.More).
 	MaxPieceChanges int
@@ -216,9 +222,13 @@ FROM pg_catalog.pg_replication_slots WHERE slot_name = '`+c.cfg.Slot+`'`).ReadAl
 	if err != nil {
 		return 0, malformed("slot %s: confirmed position %q", c.cfg.Slot, row[0])
 	}
+	args := []string{"proto_version '1'", "publication_names '" + c.cfg.Publication + "'"}
+	if c.cfg.Messages {
+		args = append(args, "messages 'true'")
+	}
 	err = pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + c.cfg.Publication + "'"},
+		PluginArgs: args,
 	})
 	if err != nil {
 		return 0, slotError(c.cfg.Slot, err)

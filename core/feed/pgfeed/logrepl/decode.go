@@ -37,6 +37,7 @@ type assembler struct {
 	tx    *Tx  // the piece being filled
 	bytes int  // the piece's approximate size
 	part  int
+	seen  int // changes of the transaction in earlier pieces
 }
 
 func newAssembler(maxChanges, maxBytes int) *assembler {
@@ -60,7 +61,7 @@ func (a *assembler) message(data []byte, confirmed uint64) (piece *Tx, end uint6
 		if a.inTx {
 			return nil, 0, malformed("Begin of transaction %d inside transaction %d", m.Xid, a.tx.XID)
 		}
-		a.inTx, a.part, a.bytes = true, 0, 0
+		a.inTx, a.part, a.bytes, a.seen = true, 0, 0, 0
 		a.skip = uint64(m.FinalLSN) < confirmed
 		a.tx = &Tx{XID: m.Xid, CommitLSN: uint64(m.FinalLSN), CommitTime: m.CommitTime}
 	case *pglogrepl.CommitMessage:
@@ -74,7 +75,7 @@ func (a *assembler) message(data []byte, confirmed uint64) (piece *Tx, end uint6
 		a.inTx, a.tx = false, nil
 		tx.EndLSN = uint64(m.TransactionEndLSN)
 		tx.CommitTime = m.CommitTime
-		if a.skip || (a.part == 0 && len(tx.Changes) == 0) {
+		if a.skip || (a.part == 0 && len(tx.Changes) == 0 && len(tx.Messages) == 0) {
 			return nil, tx.EndLSN, nil
 		}
 		tx.Part = a.part
@@ -140,9 +141,18 @@ func (a *assembler) message(data []byte, confirmed uint64) (piece *Tx, end uint6
 			}
 		}
 		return piece, 0, nil
+	case *pglogrepl.LogicalDecodingMessage:
+		// Only transactional messages belong to a transaction; the others
+		// are delivered by the server as they are emitted, whatever
+		// becomes of their transaction, and carry nothing for the
+		// consumer.
+		if !m.Transactional || !a.inTx || a.skip {
+			return nil, 0, nil
+		}
+		a.tx.Messages = append(a.tx.Messages, Message{Prefix: m.Prefix, Content: append([]byte(nil), m.Content...), Changes: a.seen + len(a.tx.Changes)})
+		a.bytes += changeOverhead + len(m.Prefix) + len(m.Content)
 	default:
-		// Type and Origin messages, and logical decoding messages (which
-		// are not asked for), carry nothing the consumer delivers.
+		// Type and Origin messages carry nothing the consumer delivers.
 	}
 	return nil, 0, nil
 }
@@ -179,6 +189,7 @@ func (a *assembler) add(c Change) (*Tx, uint64, error) {
 		piece.Part, piece.More = a.part, true
 		a.part++
 		a.bytes = 0
+		a.seen += len(piece.Changes)
 		a.tx = &Tx{XID: piece.XID, CommitLSN: piece.CommitLSN, CommitTime: piece.CommitTime}
 	}
 	a.tx.Changes = append(a.tx.Changes, c)

@@ -3,6 +3,7 @@ package logrepl
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -287,6 +288,7 @@ func FuzzAssemble(f *testing.F) {
 		msgDelete(16384, 'K', "1", null, null), msgTruncate(16384, 16390), msgCommit(0x200, 0x230, t0)))
 	f.Add(frame(relA, begin, msgInsert(16384, "1", "a", null), msgInsert(16384, "2", "b", null), msgInsert(16384, "3", "c", null), msgCommit(0x200, 0x230, t0)))
 	f.Add(frame(begin, msgCommit(0x200, 0x230, t0), msgBegin(0x300, t0, 8)))
+	f.Add(frame(relA, begin, msgMessage(true, 0x1f0, "tide.origin", "dev"), msgInsert(16384, "1", "a", null), msgMessage(false, 0x1f8, "x", "y"), msgCommit(0x200, 0x230, t0)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a := newAssembler(2, 1<<10)
 		part := 0
@@ -345,4 +347,60 @@ func BenchmarkAssemble(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "changes/s")
+}
+
+// msgMessage is a logical decoding message (pg_logical_emit_message).
+func msgMessage(transactional bool, lsn uint64, prefix, content string) []byte {
+	b := []byte{'M', 0}
+	if transactional {
+		b[1] = 1
+	}
+	b = binary.BigEndian.AppendUint64(b, lsn)
+	b = append(append(b, prefix...), 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
+	return append(b, content...)
+}
+
+// Transactional messages arrive in their transaction, with the number of
+// changes before them, across pieces; a transaction with only messages
+// arrives too; messages outside a transaction, or not transactional, do
+// not.
+func TestAssembleMessages(t *testing.T) {
+	pieces, ends, err := stream(2, 1<<20, 0,
+		relA,
+		msgMessage(false, 0x100, "tide.origin", "outside"),
+		msgBegin(0x200, t0, 7),
+		msgMessage(true, 0x110, "tide.origin", "dev-1"),
+		msgInsert(16384, "1", "a", null),
+		msgMessage(false, 0x120, "tide.origin", "not transactional"),
+		msgInsert(16384, "2", "b", null),
+		msgInsert(16384, "3", "c", null),
+		msgMessage(true, 0x130, "tide.origin", "dev-2"),
+		msgCommit(0x200, 0x230, t0),
+		msgBegin(0x300, t0, 8),
+		msgMessage(true, 0x2f0, "tide.mark", ""),
+		msgCommit(0x300, 0x330, t0),
+		msgBegin(0x400, t0, 9),
+		msgCommit(0x400, 0x430, t0),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := func(ms []Message) string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, fmt.Sprintf("%s=%s@%d", m.Prefix, m.Content, m.Changes))
+		}
+		return strings.Join(out, ",")
+	}
+	if len(pieces) != 3 || show(pieces[0].Messages) != "tide.origin=dev-1@0" || show(pieces[1].Messages) != "tide.origin=dev-2@3" ||
+		!pieces[0].More || pieces[1].More || show(pieces[2].Messages) != "tide.mark=@0" || len(pieces[2].Changes) != 0 {
+		for _, p := range pieces {
+			t.Logf("piece %d more %v changes %d messages %s", p.Part, p.More, len(p.Changes), show(p.Messages))
+		}
+		t.Fatalf("%d pieces", len(pieces))
+	}
+	if len(ends) != 1 || ends[0] != 0x430 {
+		t.Fatalf("ends %v, want the empty transaction's", ends)
+	}
 }

@@ -64,6 +64,11 @@
 //     (everything the server sent before them was accepted), so WAL that
 //     holds no change for the publication is released even when the
 //     published tables are quiet.
+//   - Messages: with Config.Messages, the transactional logical decoding
+//     messages a transaction emitted (pg_logical_emit_message(true, ...))
+//     arrive in its Tx.Messages, in order, each with the number of changes
+//     before it; a transaction with messages and no changes arrives too.
+//     Non-transactional messages are not delivered.
 //   - Bad bytes are an error (ErrMalformed), never a crash: the consumer
 //     uses pglogrepl's decoder behind checks of the length fields it would
 //     allocate by and a guard that turns an out-of-range read into an

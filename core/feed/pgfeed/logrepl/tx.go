@@ -25,6 +25,12 @@ type Tx struct {
 	// in the order they were made.
 	Changes []Change
 
+	// Messages are the transactional logical decoding messages the
+	// transaction emitted (pg_logical_emit_message(true, prefix, content)),
+	// in the order it emitted them; delivered only with Config.Messages.
+	// A transaction with messages and no changes is delivered too.
+	Messages []Message
+
 	// Part numbers the pieces of a transaction larger than the consumer's
 	// piece limits (Config.MaxPieceChanges, Config.MaxPieceBytes), from 0.
 	// A transaction within the limits arrives as one Tx with Part 0.
@@ -35,6 +41,18 @@ type Tx struct {
 	// confirmed only after the last piece is accepted, so a restart
 	// delivers the transaction again from Part 0.
 	More bool
+}
+
+// Message is a logical decoding message emitted inside a transaction.
+type Message struct {
+	// Prefix is the message's prefix (its first argument after
+	// transactional), which says what it is for.
+	Prefix string
+	// Content is the message's content.
+	Content []byte
+	// Changes is how many changes of the transaction preceded the message
+	// (across pieces).
+	Changes int
 }
 
 // Op is the kind of a Change.
