@@ -103,10 +103,11 @@ func (h *hub) groupRemoved(sc feed.Scope) {
 // encoded with the change, the one without only when a change that has an
 // origin reaches a subscriber of another device (bare).
 type entryBytes struct {
-	upsert []byte  // the change as an upsert entry, with its origin (upserts only)
-	delete []byte  // the change as a delete entry, with its origin (deletes only; a hidden upsert gets view.hiddenDelete)
-	view   rowView // what row filters need, computed on first use (pages.go)
-	named  []byte  // the shared entry naming its resource, for groups of several resources (targets.go)
+	upsert []byte         // the change as an upsert entry, with its origin (upserts only)
+	delete []byte         // the change as a delete entry, with its origin (deletes only; a hidden upsert gets view.hiddenDelete)
+	view   rowView        // what row filters need, computed on first use (pages.go)
+	named  []byte         // the shared entry naming its resource, for groups of several resources (targets.go)
+	trims  []trimmedEntry // the upsert without the columns some subscribers may not see (columns.go)
 
 	// bare holds the same entries without the change's origin, for every
 	// other device; only for a change that has one, allocated on first
@@ -431,7 +432,7 @@ func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 		return
 	}
 	v := g.views(false)
-	if g.res.filter == nil {
+	if !g.res.perPrincipal() {
 		for _, s := range g.subs {
 			s.push(v.of(s.c.origin), kicks)
 		}
