@@ -61,15 +61,16 @@ func staffPrincipal(r *http.Request) (authz.Principal, error) {
 }
 
 // staffServer serves a staff resource with column policies (and the row
-// filter) on the in-memory feed or Postgres; wrap, if set, wraps the
-// engine's feed (a feed is a memory feed then).
+// filter) on the in-memory feed (cfg.Feed, or the default) or Postgres.
 type staffServer struct {
 	e   *core.Engine
 	tbl *core.Table[staffRow]
 	url string
 }
 
-func newStaffServer(t *testing.T, backend string, cfg core.Config) *staffServer {
+// newStaffServer starts a staffServer; policies, if given, replace
+// staffPolicies on the server.
+func newStaffServer(t *testing.T, backend string, cfg core.Config, policies ...map[string]authz.ColumnPolicy[staffRow]) *staffServer {
 	t.Helper()
 	var pf *pgfeed.Feed
 	if backend == "postgres" {
@@ -84,7 +85,11 @@ func newStaffServer(t *testing.T, backend string, cfg core.Config) *staffServer 
 	if err != nil {
 		t.Fatal(err)
 	}
-	tbl, err := core.Register(e, core.Resource[staffRow]{Table: "staff", Authorize: projects, Filter: staffFilter, ColumnPolicies: staffPolicies()})
+	pols := staffPolicies()
+	if len(policies) > 0 {
+		pols = policies[0]
+	}
+	tbl, err := core.Register(e, core.Resource[staffRow]{Table: "staff", Authorize: projects, Filter: staffFilter, ColumnPolicies: pols})
 	if err != nil {
 		t.Fatal(err)
 	}
