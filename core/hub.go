@@ -423,9 +423,11 @@ func (g *group) match(c *feed.Change, enc *entryBytes, active []*group) (*entryB
 // subscription that sees the changes as they are (no row filter, or a
 // filter that shows it every row) gets one shared batch per view of the
 // changes' origins (views): one for the writer's device, one without
-// origins for everyone else. Only a principal that a filter hides rows
-// from, or a device that wrote some of a batch's changes but not all that
-// carry an origin, gets a batch of its own.
+// origins for everyone else. A principal that a filter hides rows from or
+// a column policy hides columns from, or a device that wrote some of a
+// batch's changes but not all that carry an origin, gets a batch of its
+// own, which the next subscribers that see the same entries share
+// (subscribers whose policies hide the same columns).
 func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 	if g.targets.multi() {
 		g.flushMulti(kicks)
@@ -439,6 +441,7 @@ func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 		return
 	}
 	seen := (*scratch)[:0]
+	var others []liveBatch // batches of their own that several subscribers may share
 	for _, s := range g.subs {
 		p, origin := s.principal(), s.c.origin
 		base := v.of(origin)
@@ -453,6 +456,10 @@ func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 			s.push(base, kicks)
 			continue
 		}
+		if i := slices.IndexFunc(others, func(b liveBatch) bool { return b.holds(seen) }); i >= 0 {
+			s.push(others[i], kicks) // another subscriber sees the batch alike
+			continue
+		}
 		var b liveBatch
 		for i, e := range seen {
 			if e != nil {
@@ -461,10 +468,34 @@ func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 		}
 		if b.len() > 0 {
 			s.push(b, kicks)
+			if len(others) < maxSharedViews {
+				others = append(others, b)
+			}
 		}
 	}
 	clear(seen)
 	*scratch = seen[:0]
+}
+
+// maxSharedViews bounds the batches of one flush that subscribers who see
+// the changes otherwise than base share (one per set of rows and columns
+// seen): each subscriber compares its entries with each of them.
+const maxSharedViews = 4
+
+// holds reports whether b is exactly the non-nil entries of seen (the same
+// encodings, not only equal ones).
+func (b liveBatch) holds(seen [][]byte) bool {
+	n := 0
+	for _, e := range seen {
+		if e == nil {
+			continue
+		}
+		if n >= len(b.entries) || !sameBytes(e, b.entries[n]) {
+			return false
+		}
+		n++
+	}
+	return n == len(b.entries) && n > 0
 }
 
 // batchViews are the shared batches of a group's matched changes, one per
