@@ -180,7 +180,7 @@ func (cp *columnPolicies) diffOf(c *feed.Change, v *rowView) *columnDiff {
 			src = c.Prev
 		}
 		for _, m := range ms {
-			i, ok := cp.col[m.name]
+			i, ok := cp.col[string(m.name)]
 			if !ok || vals[2*i+k] != nil {
 				d.other = true // not a declared column, or a column twice: not worth telling apart
 				continue
@@ -231,7 +231,7 @@ func (eb *entryBytes) trimmed(c *feed.Change, origin string, hidden uint64, cp *
 	row = append(row, '{')
 	n := 0
 	for _, m := range ms {
-		if i, ok := cp.col[m.name]; ok && cp.rule[i] >= 0 && hidden&(1<<cp.rule[i]) != 0 {
+		if i, ok := cp.col[string(m.name)]; ok && cp.rule[i] >= 0 && hidden&(1<<cp.rule[i]) != 0 {
 			continue
 		}
 		if n > 0 {
@@ -263,7 +263,7 @@ func (eb *entryBytes) namedFor(entry []byte, resource string) []byte {
 // objMember is one member of a JSON object: its key, unescaped, and where
 // its text (key through value) and its value are.
 type objMember struct {
-	name            string
+	name            []byte // in the object's text, unless the key has escapes
 	start, val, end int
 }
 
@@ -274,7 +274,7 @@ func splitObject(b []byte) ([]objMember, bool) {
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
-	var out []objMember
+	out := make([]objMember, 0, 16)
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return out, skipSpace(b, i+1) == len(b)
@@ -288,11 +288,13 @@ func splitObject(b []byte) ([]objMember, bool) {
 		if !ok {
 			return nil, false
 		}
-		name := string(b[i+1 : end-1])
-		if bytes.IndexByte(b[i:end], '\\') >= 0 {
-			if json.Unmarshal(b[i:end], &name) != nil {
+		name := b[i+1 : end-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			var n string
+			if json.Unmarshal(b[i:end], &n) != nil {
 				return nil, false
 			}
+			name = []byte(n)
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) || b[i] != ':' {

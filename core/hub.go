@@ -456,8 +456,14 @@ func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 			s.push(base, kicks)
 			continue
 		}
-		if i := slices.IndexFunc(others, func(b liveBatch) bool { return b.holds(seen) }); i >= 0 {
-			s.push(others[i], kicks) // another subscriber sees the batch alike
+		shared := false
+		for _, b := range others {
+			if shared = b.holds(seen); shared {
+				s.push(b, kicks) // another subscriber sees the batch alike
+				break
+			}
+		}
+		if shared {
 			continue
 		}
 		var b liveBatch
