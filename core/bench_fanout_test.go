@@ -27,28 +27,42 @@ import (
 // size runs without metrics and with the Prometheus observer
 // (core/metrics/tideprom), so one run shows the metrics' overhead, and
 // with writes that carry a device's origin, which no subscriber wrote: each
-// change is then also encoded without it, once, for all of them.
+// change is then also encoded without it, once, for all of them. The
+// columns runs give the resource a column policy that hides a column from
+// half of the subscribers (each write changes a column all of them see):
+// each change is then encoded twice, once per set of visible columns.
 func BenchmarkFanout(b *testing.B) {
 	for _, subs := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("subs=%d", subs), func(b *testing.B) { benchFanout(b, subs, nil, "") })
+		b.Run(fmt.Sprintf("subs=%d", subs), func(b *testing.B) { benchFanout(b, subs, nil, "", false) })
 		b.Run(fmt.Sprintf("subs=%d/metrics", subs), func(b *testing.B) {
 			m := tideprom.New(tideprom.Options{})
-			benchFanout(b, subs, m, "")
+			benchFanout(b, subs, m, "", false)
 		})
-		b.Run(fmt.Sprintf("subs=%d/origin", subs), func(b *testing.B) { benchFanout(b, subs, nil, "web-writer") })
+		b.Run(fmt.Sprintf("subs=%d/origin", subs), func(b *testing.B) { benchFanout(b, subs, nil, "web-writer", false) })
+		b.Run(fmt.Sprintf("subs=%d/columns", subs), func(b *testing.B) { benchFanout(b, subs, nil, "", true) })
 	}
 }
 
-func benchFanout(b *testing.B, subs int, obs core.Observer, origin string) {
+func benchFanout(b *testing.B, subs int, obs core.Observer, origin string, columns bool) {
 	e, err := core.New(core.Config{Observer: obs})
 	if err != nil {
 		b.Fatal(err)
 	}
-	todos, err := core.Register(e, core.Resource[todo]{Table: "todos", Authorize: authz.Allow})
+	res := core.Resource[todo]{Table: "todos", Authorize: authz.Allow}
+	if columns {
+		res.ColumnPolicies = map[string]authz.ColumnPolicy[todo]{
+			"done": func(p authz.Principal, _ *todo) bool { return strings.HasSuffix(p.ID, "even") },
+		}
+	}
+	todos, err := core.Register(e, res)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ts := httptest.NewServer(middleware.Middleware(e)(http.NotFoundHandler()))
+	var mw []middleware.Option
+	if columns {
+		mw = append(mw, middleware.WithPrincipal(headerPrincipal))
+	}
+	ts := httptest.NewServer(middleware.Middleware(e, mw...)(http.NotFoundHandler()))
 	defer ts.Close()
 	defer e.Shutdown(context.Background())
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + "/tide/ws"
@@ -58,7 +72,15 @@ func benchFanout(b *testing.B, subs int, obs core.Observer, origin string) {
 	var wg sync.WaitGroup
 	conns := make([]*websocket.Conn, subs)
 	for i := range conns {
-		c := tidetest.Dial(b, url)
+		var opts []tidetest.Option
+		if columns {
+			user := fmt.Sprint(i, "odd")
+			if i%2 == 0 {
+				user = fmt.Sprint(i, "even")
+			}
+			opts = append(opts, tidetest.WithHeader("X-User", user))
+		}
+		c := tidetest.Dial(b, url, opts...)
 		c.Hello(protocol.ClientFrame{})
 		c.Subscribe("s", "todos", map[string]any{"project_id": "p"})
 		c.Collect("s")
@@ -86,6 +108,9 @@ func benchFanout(b *testing.B, subs int, obs core.Observer, origin string) {
 	}
 	for i := 0; i < b.N; i++ {
 		row.ID = fmt.Sprint(i % 1000)
+		if columns {
+			row.Title = fmt.Sprint(i) // a change every subscriber sees
+		}
 		if err := todos.Upsert(ctx, row); err != nil {
 			b.Fatal(err)
 		}

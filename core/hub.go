@@ -103,10 +103,11 @@ func (h *hub) groupRemoved(sc feed.Scope) {
 // encoded with the change, the one without only when a change that has an
 // origin reaches a subscriber of another device (bare).
 type entryBytes struct {
-	upsert []byte  // the change as an upsert entry, with its origin (upserts only)
-	delete []byte  // the change as a delete entry, with its origin (deletes only; a hidden upsert gets view.hiddenDelete)
-	view   rowView // what row filters need, computed on first use (pages.go)
-	named  []byte  // the shared entry naming its resource, for groups of several resources (targets.go)
+	upsert []byte         // the change as an upsert entry, with its origin (upserts only)
+	delete []byte         // the change as a delete entry, with its origin (deletes only; a hidden upsert gets view.hiddenDelete)
+	view   rowView        // what row filters need, computed on first use (pages.go)
+	named  []byte         // the shared entry naming its resource, for groups of several resources (targets.go)
+	trims  []trimmedEntry // the upsert without the columns some subscribers may not see (columns.go)
 
 	// bare holds the same entries without the change's origin, for every
 	// other device; only for a change that has one, allocated on first
@@ -422,22 +423,25 @@ func (g *group) match(c *feed.Change, enc *entryBytes, active []*group) (*entryB
 // subscription that sees the changes as they are (no row filter, or a
 // filter that shows it every row) gets one shared batch per view of the
 // changes' origins (views): one for the writer's device, one without
-// origins for everyone else. Only a principal that a filter hides rows
-// from, or a device that wrote some of a batch's changes but not all that
-// carry an origin, gets a batch of its own.
+// origins for everyone else. A principal that a filter hides rows from or
+// a column policy hides columns from, or a device that wrote some of a
+// batch's changes but not all that carry an origin, gets a batch of its
+// own, which the next subscribers that see the same entries share
+// (subscribers whose policies hide the same columns).
 func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 	if g.targets.multi() {
 		g.flushMulti(kicks)
 		return
 	}
 	v := g.views(false)
-	if g.res.filter == nil {
+	if !g.res.perPrincipal() {
 		for _, s := range g.subs {
 			s.push(v.of(s.c.origin), kicks)
 		}
 		return
 	}
 	seen := (*scratch)[:0]
+	var others []liveBatch // batches of their own that several subscribers may share
 	for _, s := range g.subs {
 		p, origin := s.principal(), s.c.origin
 		base := v.of(origin)
@@ -452,6 +456,16 @@ func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 			s.push(base, kicks)
 			continue
 		}
+		shared := false
+		for _, b := range others {
+			if shared = b.holds(seen); shared {
+				s.push(b, kicks) // another subscriber sees the batch alike
+				break
+			}
+		}
+		if shared {
+			continue
+		}
 		var b liveBatch
 		for i, e := range seen {
 			if e != nil {
@@ -460,10 +474,34 @@ func (g *group) flush(kicks *[]*conn, scratch *[][]byte) {
 		}
 		if b.len() > 0 {
 			s.push(b, kicks)
+			if len(others) < maxSharedViews {
+				others = append(others, b)
+			}
 		}
 	}
 	clear(seen)
 	*scratch = seen[:0]
+}
+
+// maxSharedViews bounds the batches of one flush that subscribers who see
+// the changes otherwise than base share (one per set of rows and columns
+// seen): each subscriber compares its entries with each of them.
+const maxSharedViews = 4
+
+// holds reports whether b is exactly the non-nil entries of seen (the same
+// encodings, not only equal ones).
+func (b liveBatch) holds(seen [][]byte) bool {
+	n := 0
+	for _, e := range seen {
+		if e == nil {
+			continue
+		}
+		if n >= len(b.entries) || !sameBytes(e, b.entries[n]) {
+			return false
+		}
+		n++
+	}
+	return n == len(b.entries) && n > 0
 }
 
 // batchViews are the shared batches of a group's matched changes, one per

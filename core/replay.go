@@ -60,25 +60,28 @@ func (pg *page) add(entry []byte) {
 // named adds the change's resource to the entry (subscriptions of several
 // resources).
 func (pg *page) addChange(r *resource, p authz.Principal, origin string, c *feed.Change, spans []protocol.ValueSpan, snapshot, named bool) {
-	if r.filter != nil && c.Op == feed.OpUpsert {
+	if r.perPrincipal() && c.Op == feed.OpUpsert {
 		// Most upserts are visible: decoded and checked here, and
-		// encoded in place; the others go through see with the row
-		// already decoded.
+		// encoded in place; the others (and every upsert of a resource
+		// with column policies) go through see with the row already
+		// decoded.
 		if pg.arena == nil {
 			pg.arena = new(any)
 		}
 		enc := entryBytes{}
 		enc.view.arena, enc.view.spans = pg.arena, spans
-		if visible, _ := r.filter.check(p, c, &enc.view); visible {
-			if pg.n > 0 {
-				pg.buf = append(pg.buf, ',')
+		if r.cols == nil {
+			if visible, _ := r.filter.check(p, c, &enc.view); visible {
+				if pg.n > 0 {
+					pg.buf = append(pg.buf, ',')
+				}
+				pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, shownOrigin(c, origin))
+				if named {
+					pg.buf = appendResource(pg.buf, c.Resource)
+				}
+				pg.n++
+				return
 			}
-			pg.buf = protocol.AppendEntry(pg.buf, "upsert", c.Key, c.Row, shownOrigin(c, origin))
-			if named {
-				pg.buf = appendResource(pg.buf, c.Resource)
-			}
-			pg.n++
-			return
 		}
 		n := pg.n
 		pg.add(r.see(p, origin, c, &enc, snapshot))
@@ -87,7 +90,7 @@ func (pg *page) addChange(r *resource, p authz.Principal, origin string, c *feed
 		}
 		return
 	}
-	if r.filter != nil {
+	if r.perPrincipal() {
 		n := pg.n
 		pg.add(r.see(p, origin, c, nil, snapshot))
 		if named && pg.n > n {

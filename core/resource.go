@@ -92,6 +92,20 @@ type Resource[T any] struct {
 	// column, a name listed twice, or FilterColumns without Filter. Zero
 	// value: every column.
 	FilterColumns []string
+	// ColumnPolicies restricts columns, by name, to the principals their
+	// policy allows (see authz.ColumnPolicy): a principal a column's
+	// policy refuses for a row receives that row without the column (the
+	// member is absent, not null), in snapshots, replays, live changes,
+	// polls and mutation acks, and an upsert that changed only columns it
+	// may not see does not reach it. A row Filter hides comes first: a
+	// visible row is then trimmed. A policy reads the whole row, so a
+	// feed records the whole previous version of the resource's changed
+	// rows (feed.Schema.PrevColumns), which is what lets it tell which
+	// columns changed. Register refuses a name that is not a column, the
+	// primary key or a scope column (they are on the wire whatever the
+	// policy), a nil policy, and more than 64 policies. Zero value: every
+	// column is visible to whoever sees the row.
+	ColumnPolicies map[string]authz.ColumnPolicy[T]
 	// DependsOn lists the synced resources whose rows Authorize reads (a
 	// todos policy that looks up memberships). When a change of one of
 	// them commits, every node runs the policy again for the subscriptions
@@ -109,8 +123,9 @@ type Resource[T any] struct {
 type resource struct {
 	schema *feed.Schema
 	codec  *protocol.RowCodec
-	policy authz.Policy // guarded: token grants first, panics recovered; nil denies
-	filter *rowFilter   // nil: every row is visible
+	policy authz.Policy    // guarded: token grants first, panics recovered; nil denies
+	filter *rowFilter      // nil: every row is visible
+	cols   *columnPolicies // nil: every column is visible
 
 	mutators map[string]*mutator // guarded by Engine.mu
 
@@ -157,23 +172,43 @@ func Register[T any](e *Engine, r Resource[T]) (*Table[T], error) {
 	}
 	schema := &feed.Schema{Name: name, Table: r.Table, Columns: c.Columns(), Keys: c.Keys(), Scope: c.Scope(), Type: reflect.TypeFor[T]().String()}
 	res := &resource{schema: schema, codec: c, policy: guardPolicy(r.Authorize), dependsOn: slices.Clone(r.DependsOn)}
-	switch {
-	case r.Filter != nil:
+	if len(r.FilterColumns) > 0 && r.Filter == nil {
+		return nil, fmt.Errorf("%w: register %s: FilterColumns without a Filter", ErrInvalidResource, r.Table)
+	}
+	policed, err := policedColumns(schema, r.ColumnPolicies)
+	if err != nil {
+		return nil, fmt.Errorf("%w: register %s: ColumnPolicies: %v", ErrInvalidResource, r.Table, err)
+	}
+	var dec *rowDecoder
+	if r.Filter != nil {
 		cols, err := filterColumns(schema, r.FilterColumns)
 		if err != nil {
 			return nil, fmt.Errorf("%w: register %s: FilterColumns: %v", ErrInvalidResource, r.Table, err)
 		}
+		if len(policed) > 0 {
+			// Column policies read any column, and compare every
+			// column of a row with its previous version.
+			cols, _ = filterColumns(schema, nil)
+		}
 		schema.PrevColumns = cols
 		fc := c
-		if len(r.FilterColumns) > 0 {
+		if len(cols) < len(schema.Columns) {
 			fc = c.Only(cols) // the filter reads no other column: skip what can be
 		}
-		res.filter = newRowFilter(fc, r.Filter, e.cfg.Logger.With("resource", name))
-		for _, i := range cols {
-			res.filter.prevCols = append(res.filter.prevCols, schema.Columns[i].Name)
+		dec = newRowDecoder[T](fc, e.cfg.Logger.With("resource", name))
+		res.filter = newRowFilter(dec, r.Filter)
+	}
+	if len(policed) > 0 {
+		if dec == nil {
+			schema.PrevColumns, _ = filterColumns(schema, nil)
+			dec = newRowDecoder[T](c, e.cfg.Logger.With("resource", name))
 		}
-	case len(r.FilterColumns) > 0:
-		return nil, fmt.Errorf("%w: register %s: FilterColumns without a Filter", ErrInvalidResource, r.Table)
+		res.cols = newColumnPolicies(schema, dec, policed, r.ColumnPolicies)
+	}
+	if dec != nil {
+		for _, i := range schema.PrevColumns {
+			dec.prevCols = append(dec.prevCols, schema.Columns[i].Name)
+		}
 	}
 	if err := e.addResource(res); err != nil {
 		return nil, err

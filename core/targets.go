@@ -305,7 +305,7 @@ func (g *group) flushMulti(kicks *[]*conn) {
 	v := g.views(true)
 	filtered := false
 	for _, pc := range g.pend {
-		filtered = filtered || g.targets.of(pc.c.Resource).res.filter != nil
+		filtered = filtered || g.targets.of(pc.c.Resource).res.perPrincipal()
 	}
 	if !filtered {
 		for _, s := range g.subs {
@@ -320,11 +320,11 @@ func (g *group) flushMulti(kicks *[]*conn) {
 		same := true
 		for i, pc := range g.pend {
 			e := base.entries[i]
-			if r := g.targets.of(pc.c.Resource).res; r.filter != nil {
+			if r := g.targets.of(pc.c.Resource).res; r.perPrincipal() {
 				if seen := r.entryFor(p, origin, pc.c, pc.enc); !sameBytes(seen, pc.enc.entry(pc.c, origin)) {
 					e = nil
 					if seen != nil {
-						e = namedEntry(seen, pc.c.Resource)
+						e = pc.enc.namedFor(seen, pc.c.Resource)
 					}
 				}
 			}

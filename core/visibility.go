@@ -48,17 +48,25 @@ func (r *resource) entryFor(p authz.Principal, origin string, c *feed.Change, en
 // see is entryFor, with snapshot set for rows of a snapshot: the subscriber
 // starts those from an empty copy, so a row it may not see is left out
 // rather than sent as a delete.
+//
+// A row the filter lets through is then trimmed to the columns the
+// principal may see (the resource's column policies, columns.go): the
+// columns it may not see are left out of the row, and an upsert that
+// changed none of the columns it may see is not sent at all.
 func (r *resource) see(p authz.Principal, origin string, c *feed.Change, enc *entryBytes, snapshot bool) []byte {
 	if enc == nil {
 		enc = &entryBytes{} // replay and snapshot: encode only what is sent
 	}
-	if r.filter == nil {
+	if r.filter == nil && r.cols == nil {
 		return enc.entry(c, origin)
 	}
-	visible, known := r.filter.check(p, c, &enc.view)
+	visible, known := true, true
+	if r.filter != nil {
+		visible, known = r.filter.check(p, c, &enc.view)
+	}
 	switch {
 	case c.Op == feed.OpUpsert && visible:
-		return enc.entry(c, origin)
+		return r.shown(p, origin, c, enc, snapshot)
 	case c.Op == feed.OpUpsert && snapshot:
 		return nil
 	case c.Op == feed.OpUpsert && c.PrevKnown:
@@ -74,6 +82,11 @@ func (r *resource) see(p authz.Principal, origin string, c *feed.Change, enc *en
 	return nil
 }
 
+// perPrincipal reports whether what a subscriber receives of the
+// resource's changes may depend on its principal: the resource has a row
+// filter or column policies.
+func (r *resource) perPrincipal() bool { return r.filter != nil || r.cols != nil }
+
 // rowView caches, per change, what row filters need: the decoded row and the
 // delete entry sent in place of a hidden upsert.
 type rowView struct {
@@ -85,11 +98,13 @@ type rowView struct {
 	prev        any // the decoded previous row (Change.Prev); nil if none or it did not decode
 
 	// arena, when set, is where row is decoded: rows of one page share
-	// allocations (rowFilter.decodeIn) instead of one each.
+	// allocations (rowDecoder.decodeIn) instead of one each.
 	arena *any
 	// spans, when set (with arena), locate the row's values (the feed's
 	// feed.SnapshotPage.Spans).
 	spans []protocol.ValueSpan
+
+	diff *columnDiff // which columns the change changed, for column policies (columns.go)
 }
 
 func (v *rowView) hiddenDelete(c *feed.Change) []byte {
@@ -103,28 +118,11 @@ func (v *rowView) hiddenDelete(c *feed.Change) []byte {
 // change carries no usable row (a delete from a feed that did not keep the
 // old row, or a row that does not decode); visible is then false.
 func (f *rowFilter) check(p authz.Principal, c *feed.Change, v *rowView) (visible, known bool) {
-	if !v.decoded {
-		v.decoded = true
-		if len(c.Row) > 0 {
-			var row any
-			var err error
-			if v.arena != nil {
-				row, err = f.decodeIn(c.Row, v.spans, v.arena)
-			} else {
-				row, err = f.decode(c.Row)
-			}
-			if err != nil {
-				if n := f.badRows.Add(1); n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th… only
-					f.log.Error("tide: a row does not decode for its row filter; it is hidden", "key", c.Key, "pos", c.Pos, "err", err, "count", n)
-				}
-			}
-			v.row = row
-		}
-	}
-	if v.row == nil {
+	row := f.row(c, v)
+	if row == nil {
 		return false, false
 	}
-	return f.call(p, v.row), true
+	return f.call(p, row), true
 }
 
 // checkPrev reports whether p may have seen the change's previous version
@@ -135,32 +133,67 @@ func (f *rowFilter) checkPrev(p authz.Principal, c *feed.Change, v *rowView) boo
 	if len(c.Prev) == 0 {
 		return false
 	}
-	if !v.prevDecoded {
-		v.prevDecoded = true
-		if row, err := f.decodePrev(c.Prev); err == nil {
-			v.prev = row
-		}
-	}
-	if v.prev == nil {
+	prev := f.prev(c, v)
+	if prev == nil {
 		return true
 	}
-	return f.call(p, v.prev)
+	return f.call(p, prev)
+}
+
+// row returns the change's decoded row, decoding it on first use for the
+// change (v), or nil if the change has none or it does not decode.
+func (d *rowDecoder) row(c *feed.Change, v *rowView) any {
+	if !v.decoded {
+		v.decoded = true
+		if len(c.Row) > 0 {
+			var row any
+			var err error
+			if v.arena != nil {
+				row, err = d.decodeIn(c.Row, v.spans, v.arena)
+			} else {
+				row, err = d.decode(c.Row)
+			}
+			if err != nil {
+				if n := d.badRows.Add(1); n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th… only
+					d.log.Error("tide: a row does not decode for its row filter or column policies; it is hidden", "key", c.Key, "pos", c.Pos, "err", err, "count", n)
+				}
+			}
+			v.row = row
+		}
+	}
+	return v.row
+}
+
+// prev returns the change's decoded previous version (Change.Prev),
+// decoding it on first use for the change (v), or nil if the change has
+// none, or it does not decode or lacks a column (decodePrev).
+func (d *rowDecoder) prev(c *feed.Change, v *rowView) any {
+	if !v.prevDecoded {
+		v.prevDecoded = true
+		if len(c.Prev) > 0 {
+			if row, err := d.decodePrev(c.Prev); err == nil {
+				v.prev = row
+			}
+		}
+	}
+	return v.prev
 }
 
 // decodePrev decodes a previous version, which a feed may have recorded
-// with only the filter's columns: one that lacks any of them is refused,
-// so that the filter never decides on a zero value it did not get.
-func (f *rowFilter) decodePrev(row json.RawMessage) (any, error) {
+// with only the columns the engine reads of it (Schema.PrevColumns): one
+// that lacks any of them is refused, so that a filter or a column policy
+// never decides on a zero value it did not get.
+func (d *rowDecoder) decodePrev(row json.RawMessage) (any, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(row, &obj); err != nil {
 		return nil, err
 	}
-	for _, col := range f.prevCols {
+	for _, col := range d.prevCols {
 		if _, ok := obj[col]; !ok {
 			return nil, fmt.Errorf("the previous version lacks column %s", col)
 		}
 	}
-	return f.decode(row)
+	return d.decode(row)
 }
 
 // call runs the filter; a panic hides the row (and is logged, sparsely).
@@ -197,25 +230,36 @@ func guardPolicy(policy authz.Policy) authz.Policy {
 }
 
 // rowFilter is a resource's authz.RowFilter with its row type erased: rows
-// are decoded once per change (decode) and the result handed to every
+// are decoded once per change (rowDecoder) and the result handed to every
 // subscriber's check (visible).
 type rowFilter struct {
+	*rowDecoder
+	visible func(p authz.Principal, row any) bool
+	panics  atomic.Int64
+}
+
+func newRowFilter[T any](d *rowDecoder, f authz.RowFilter[T]) *rowFilter {
+	return &rowFilter{rowDecoder: d, visible: func(p authz.Principal, row any) bool { return f(p, row.(*T)) }}
+}
+
+// rowDecoder decodes a resource's rows, with their type erased, for its
+// row filter and its column policies, which share it (and so each
+// change's decoded row, rowView).
+type rowDecoder struct {
 	decode func(row json.RawMessage) (any, error)
 	// decodeIn is decode into the next free row of an arena (nil at
-	// first, then the filter's own), which it grows by rowArenaLen rows
+	// first, then the decoder's own), which it grows by rowArenaLen rows
 	// at a time: one allocation for that many rows. Every decoded row
 	// keeps its own memory, as with decode. With spans (the feed's, see
 	// feed.SnapshotPage.Spans) it decodes each value where they say.
 	decodeIn func(row json.RawMessage, spans []protocol.ValueSpan, arena *any) (any, error)
-	visible  func(p authz.Principal, row any) bool
 	prevCols []string // what a previous version must hold (Schema.PrevColumns)
 	log      *slog.Logger
-	panics   atomic.Int64
 	badRows  atomic.Int64
 }
 
-func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.Logger) *rowFilter {
-	return &rowFilter{
+func newRowDecoder[T any](c *protocol.RowCodec, log *slog.Logger) *rowDecoder {
+	return &rowDecoder{
 		// Rows come from feeds, which never modify them: the decoded
 		// strings share the row's bytes instead of copying them.
 		decode: func(row json.RawMessage) (any, error) {
@@ -247,8 +291,7 @@ func newRowFilter[T any](c *protocol.RowCodec, f authz.RowFilter[T], log *slog.L
 			}
 			return v, nil
 		},
-		visible: func(p authz.Principal, row any) bool { return f(p, row.(*T)) },
-		log:     log,
+		log: log,
 	}
 }
 

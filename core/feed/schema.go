@@ -16,9 +16,11 @@ type Schema struct {
 	Keys  []int
 	Scope []int // indexes in Columns of the scope columns, in declared order
 	// PrevColumns are the indexes in Columns of what the engine reads of a
-	// row's previous version (Change.Prev): the columns the resource's row
-	// filter reads, in declared order. Empty: the resource has no row
-	// filter, and a feed need not record previous versions for it.
+	// row's previous version (Change.Prev), in declared order: the columns
+	// the resource's row filter reads, or every column for a resource with
+	// column policies (which compare each column with its previous value).
+	// Empty: the resource has neither, and a feed need not record previous
+	// versions for it.
 	PrevColumns []int
 	// Type is the Go type declaring the resource ("main.Todo"), for
 	// messages; "" in a schema built by hand.
