@@ -72,11 +72,12 @@ func (e *Engine) TypeScript(w io.Writer, command string) error {
 	type res struct {
 		schema *feed.Schema
 		muts   []mut
+		cols   *columnPolicies // nil: every column is sent to every subscriber
 	}
 	e.mu.RLock()
 	var resources []res
 	for _, r := range e.resources {
-		x := res{schema: r.schema}
+		x := res{schema: r.schema, cols: r.cols}
 		for name, m := range r.mutators {
 			x.muts = append(x.muts, mut{name, m.args})
 		}
@@ -102,7 +103,7 @@ func (e *Engine) TypeScript(w io.Writer, command string) error {
 		p("    /** %s, table %s. */\n", orDefault(s.Type, "a resource"), s.Table)
 		p("    %s: {\n", tsProp(s.Name))
 		p("      row: {\n")
-		for _, c := range s.Columns {
+		for ci, c := range s.Columns {
 			t := tsKind(c.Kind)
 			if t == "" {
 				return fmt.Errorf("tide: typescript: resource %s: column %s: kind %v has no TypeScript type", s.Name, c.Name, c.Kind)
@@ -110,7 +111,11 @@ func (e *Engine) TypeScript(w io.Writer, command string) error {
 			if c.Nullable && !strings.HasSuffix(t, "| null") && t != "unknown" {
 				t += " | null"
 			}
-			p("        %s: %s;\n", tsProp(c.Name), t)
+			opt := "" // a column a policy may hide is absent from some rows
+			if r.cols != nil && r.cols.rule[ci] >= 0 {
+				opt = "?"
+			}
+			p("        %s%s: %s;\n", tsProp(c.Name), opt, t)
 		}
 		p("      };\n")
 		keys := make([]string, len(s.Keys))

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
 	"github.com/tidesync/tide/internal/testenv"
@@ -418,6 +419,36 @@ func TestTypeScriptRename(t *testing.T) {
 		re := regexp.MustCompile(`error (` + strings.Join(c.codes, "|") + `): .*` + regexp.QuoteMeta(c.name))
 		if !re.MatchString(out) {
 			t.Errorf("after the %s, tsc failed with no %v error naming %s:\n%s", c.v, c.codes, c.name, out)
+		}
+	}
+}
+
+type tsPerson struct {
+	ID     string `tide:"id,pk"`
+	TeamID string `tide:"team_id,scope"`
+	Email  string `tide:"email"`
+}
+
+// TestTypeScriptHiddenColumnOptional: a column a policy may hide is absent
+// from the rows of some principals, so its member is optional.
+func TestTypeScriptHiddenColumnOptional(t *testing.T) {
+	e, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	_, err = core.Register(e, core.Resource[tsPerson]{Table: "people", Authorize: authz.Allow,
+		ColumnPolicies: map[string]authz.ColumnPolicy[tsPerson]{"email": func(p authz.Principal, _ *tsPerson) bool { return p.ID == "admin" }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := e.TypeScript(&b, "go test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"email?: string;", "team_id: string;", "id: string;"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in\n%s", want, b.String())
 		}
 	}
 }
