@@ -206,7 +206,7 @@ func TestLogicalMigrateNeedsWALLevel(t *testing.T) {
 	if level == "logical" {
 		t.Skip("the shared test server has wal_level logical")
 	}
-	s := &feed.Schema{Name: "things", Table: "things", Columns: []protocol.Column{{Name: "id", Kind: protocol.KindString}}}
+	s := &feed.Schema{Name: "things", Table: "things", Keys: []int{0}, Columns: []protocol.Column{{Name: "id", Kind: protocol.KindString}}}
 	createTable(t, pool, s)
 	f, err := pgfeed.New(pool, pgfeed.Options{Schema: name + "_tide", Capture: pgfeed.CaptureLogical, Logger: testLogger(t)})
 	if err != nil {

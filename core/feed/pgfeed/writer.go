@@ -33,9 +33,10 @@ type Execer interface {
 // transaction, the same statement also writes the origin into the WAL as a
 // transactional logical decoding message (pg_logical_emit_message(true,
 // 'tide.origin', origin)), which the replication stream delivers inside
-// the transaction; it does so only when origin or the setting it replaces
-// is not empty, so untagged transactions write nothing more. One
-// statement serves both capture modes.
+// the transaction; it does so only on a server with wal_level logical and
+// when origin or the setting it replaces is not empty, so untagged
+// transactions, and every transaction of a server no logical capture can
+// read, write nothing more. One statement serves both capture modes.
 //
 // The capture reads the setting when the transaction commits, so the last
 // value set in the transaction tags all its changes. Outside a transaction
@@ -46,10 +47,12 @@ func SetClientOrigin(ctx context.Context, tx Execer, origin string) error {
 }
 
 // setOriginSQL sets tide.origin and, when it or the value it replaces is
-// not empty, emits it as a message; the fenced subquery (OFFSET 0) runs
-// first, reading the value before it is replaced.
+// not empty and the server decodes its WAL logically (only then can a
+// logical capture read it), emits it as a message; the fenced subquery
+// (OFFSET 0) runs first, reading the value before it is replaced.
 const setOriginSQL = `SELECT pg_catalog.set_config('tide.origin', $1, true)
-FROM (SELECT CASE WHEN $1 <> '' OR coalesce(pg_catalog.current_setting('tide.origin', true), '') <> ''
+FROM (SELECT CASE WHEN ($1 <> '' OR coalesce(pg_catalog.current_setting('tide.origin', true), '') <> '')
+  AND pg_catalog.current_setting('wal_level') = 'logical'
   THEN pg_catalog.pg_logical_emit_message(true, '` + originPrefix + `', $1) END AS m OFFSET 0) m`
 
 // Apply writes the mutations in one transaction, in order, tagged with
