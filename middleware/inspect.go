@@ -34,7 +34,11 @@ func parseInspectQuery(v url.Values) (core.InspectQuery, *protocol.Error) {
 		case "key":
 			dst, max = &q.Key, maxInspectKeyLen
 		default:
-			return core.InspectQuery{}, badInspectParam(name, protocol.Errorf(protocol.CodeBadFrame, "unknown parameter"))
+			shown := name
+			if name == "" || protocol.CheckText("name", name, 64) != nil {
+				shown = "(unnamed)" // not echoed: an empty, long or binary name
+			}
+			return core.InspectQuery{}, badInspectParam(shown, protocol.Errorf(protocol.CodeBadFrame, "unknown parameter"))
 		}
 		if len(vals) != 1 {
 			return core.InspectQuery{}, badInspectParam(name, protocol.Errorf(protocol.CodeBadFrame, "%s is given %d times", name, len(vals)))
