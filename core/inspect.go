@@ -61,8 +61,9 @@ type InspectReport struct {
 	// subscription's verdict.
 	Verdict string `json:"verdict"`
 	Head    uint64 `json:"head"` // the feed's head position
-	// Row says what the feed holds for the key: "found", "not found", or
-	// "unknown" (the feed cannot look it up by key).
+	// Row says what the feed holds for the key: "found", "not found",
+	// "unknown" (the feed cannot look it up by key: each subscription's
+	// scope is read for it instead), or "not read" (not connected).
 	Row string `json:"row"`
 	// LastChange is the position of the row's last change, if the feed
 	// could tell (feed.LastChanger); LastChangeOp is its operation.
@@ -182,7 +183,7 @@ func (e *Engine) Inspect(ctx context.Context, q InspectQuery) (InspectReport, er
 		found = append(found, co)
 	}
 	if !anyConn {
-		rep.Verdict = VerdictNotConnected
+		rep.Verdict, rep.Row = VerdictNotConnected, "not read"
 		return rep, nil
 	}
 
