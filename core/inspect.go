@@ -67,11 +67,12 @@ type InspectReport struct {
 	Row string `json:"row"`
 	// LastChange is the position of the row's last change, if the feed
 	// could tell (feed.LastChanger); LastChangeOp is its operation.
-	LastChange   *uint64       `json:"last_change,omitempty"`
-	LastChangeOp string        `json:"last_change_op,omitempty"`
-	Connections  []InspectConn `json:"connections"`
-	rowScope     []string      // the row's scope values, if found
-	rowChange    *feed.Change  // the row's current version, if found
+	LastChange   *uint64              `json:"last_change,omitempty"`
+	LastChangeOp string               `json:"last_change_op,omitempty"`
+	Connections  []InspectConn        `json:"connections"`
+	rowScope     []string             // the row's scope values, if found
+	rowChange    *feed.Change         // the row's current version, if found
+	scans        map[string]scopeScan // by scope key: the followed scopes read for the key
 }
 
 // InspectConn is one connection of the principal.
@@ -190,6 +191,30 @@ func (e *Engine) Inspect(ctx context.Context, q InspectQuery) (InspectReport, er
 	if err := e.inspectRow(ctx, r, &rep); err != nil {
 		return rep, err
 	}
+	if rep.Row == "unknown" {
+		// The feed could not look the key up alone: read the scopes
+		// followed for it, then ask for its last change in the row's scope.
+		rep.scans = map[string]scopeScan{}
+		for _, co := range found {
+			for _, so := range co.subs {
+				k := so.t.scope.Key()
+				if _, done := rep.scans[k]; done {
+					continue
+				}
+				ch, complete, err := e.findInScope(ctx, so.t, q.Key)
+				if err != nil {
+					return rep, err
+				}
+				rep.scans[k] = scopeScan{found: ch != nil, complete: complete}
+				if ch != nil && rep.rowChange == nil {
+					rep.Row, rep.rowChange, rep.rowScope = "found", ch, ch.Scope
+					if err := e.inspectLastChange(ctx, r, &rep, ch.Scope); err != nil {
+						return rep, err
+					}
+				}
+			}
+		}
+	}
 	for _, co := range found {
 		for _, so := range co.subs {
 			is, err := e.inspectSub(ctx, co.c, so.s, so.t, &rep)
@@ -214,6 +239,24 @@ func (e *Engine) Inspect(ctx context.Context, q InspectQuery) (InspectReport, er
 		}
 	}
 	return rep, nil
+}
+
+// scopeScan is what reading a scope for a key found.
+type scopeScan struct{ found, complete bool }
+
+// inspectLastChange asks the feed for the row's last change in its scope.
+func (e *Engine) inspectLastChange(ctx context.Context, r *resource, rep *InspectReport, scope []string) error {
+	lc, ok := e.feed.(feed.LastChanger)
+	if !ok {
+		return nil
+	}
+	c, found, err := lc.LastChange(ctx, feed.KeyQuery{Schema: r.schema, Key: rep.Key, Scope: scope})
+	if err != nil || !found {
+		return err
+	}
+	pos := uint64(c.Pos)
+	rep.LastChange, rep.LastChangeOp = &pos, c.Op.String()
+	return nil
 }
 
 // ErrInspectUnknownResource is returned by Engine.Inspect for a resource
@@ -319,14 +362,8 @@ func (e *Engine) inspectSub(ctx context.Context, c *conn, s *subscription, t tar
 	case rep.Row == "not found":
 		rowReason = "row not found (last change: a delete)"
 	default:
-		ch, complete, err := e.findInScope(ctx, t, rep.Key)
-		if err != nil {
-			return is, err
-		}
-		switch {
-		case ch != nil:
-			is.InScope, row = true, ch
-		case complete:
+		switch sc := rep.scans[t.scope.Key()]; {
+		case sc.complete:
 			rowReason = "row not found in this scope"
 		default:
 			rowReason = "row not found among the scope's first rows"

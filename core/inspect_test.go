@@ -14,7 +14,9 @@ import (
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/testenv"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -223,5 +225,58 @@ func TestInspectPendingAndDesynced(t *testing.T) {
 	sub := onlySub(t, inspect(t, s.e, core.InspectQuery{Principal: "u", Resource: "notes", Key: last}))
 	if sub.Verdict != core.VerdictDelivered || sub.Resyncs == 0 || sub.State != "live" {
 		t.Fatalf("after the resync: %+v", sub)
+	}
+}
+
+// TestInspectPostgresLastChange: on the Postgres feed the inspector finds
+// the row by reading the subscription's scope, then its last change's
+// position through the change log's scope index: it equals the delivered
+// cursor once the client has the change, and the row is out of scope once
+// it moved to another project.
+func TestInspectPostgresLastChange(t *testing.T) {
+	pool, name := testenv.PostgresSchema(t)
+	ctx := context.Background()
+	for _, tbl := range []string{"notes", "tasks"} {
+		if _, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (id text PRIMARY KEY, project_id text NOT NULL, title text NOT NULL, secret boolean NOT NULL)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newPgFeed(t, pool, name, pgfeed.Options{})
+	s := newInspectServer(t, core.Config{Feed: f})
+	if err := f.Migrate(ctx, s.e.Schemas()...); err != nil {
+		t.Fatal(err)
+	}
+	c := dialAt(t, s.url, "u", "p7")
+	c.hello()
+	c.Subscribe("s", "notes", project("p7"))
+	c.collect("s")
+
+	q := core.InspectQuery{Principal: "u", Resource: "notes", Key: "n1"}
+	var firstPos uint64
+	for i, title := range []string{"one", "two"} {
+		if err := s.notes.Upsert(ctx, note{ID: "n1", ProjectID: "p7", Title: title}); err != nil {
+			t.Fatal(err)
+		}
+		if f := c.expect(protocol.FrameChanges); len(f.Entries) != 1 || f.Entries[0].Key != "n1" {
+			t.Fatalf("want n1: %+v", f)
+		}
+		rep := inspect(t, s.e, q)
+		sub := onlySub(t, rep)
+		if rep.Row != "found" || rep.LastChange == nil || rep.LastChangeOp != "upsert" || *rep.LastChange != sub.Delivered || sub.Verdict != core.VerdictDelivered {
+			t.Fatalf("write %d: %+v", i, rep)
+		}
+		if i == 1 && *rep.LastChange <= firstPos {
+			t.Fatalf("the second write's position %d is not after the first's %d", *rep.LastChange, firstPos)
+		}
+		firstPos = *rep.LastChange
+	}
+	if err := s.notes.Upsert(ctx, note{ID: "n1", ProjectID: "p8", Title: "moved"}); err != nil {
+		t.Fatal(err)
+	}
+	if f := c.expect(protocol.FrameChanges); len(f.Entries) != 1 || f.Entries[0].Op != "delete" {
+		t.Fatalf("want the delete of n1: %+v", f)
+	}
+	if sub := onlySub(t, inspect(t, s.e, q)); sub.Verdict != core.VerdictOutOfScope {
+		t.Fatalf("after the move: %+v", sub)
 	}
 }
