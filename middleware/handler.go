@@ -22,17 +22,16 @@ const maxPollBody = 64 << 10
 
 // handler serves tide's routes for one engine.
 type handler struct {
-	e           *core.Engine
-	o           options
-	upgrader    websocket.Upgrader
-	wsPath      string
-	pollPath    string
-	mutPath     string
-	jsPath      string
-	tokenPath   string       // "" without WithTokenEndpoint
-	statusPath  string       // "" without WithStatusPage
-	inspectPath string       // "" without WithStatusPage: <status path>/inspect (inspect.go)
-	tokens      http.Handler // the token endpoint, if any
+	e          *core.Engine
+	o          options
+	upgrader   websocket.Upgrader
+	wsPath     string
+	pollPath   string
+	mutPath    string
+	jsPath     string
+	tokenPath  string       // "" without WithTokenEndpoint
+	statusPath string       // "" without WithStatusPage
+	tokens     http.Handler // the token endpoint, if any
 }
 
 // writeBuffers is shared by every connection: a write buffer is held only
@@ -59,7 +58,6 @@ func newHandler(e *core.Engine, o options) *handler {
 	h.upgrader.Error = upgradeError
 	if o.status != nil {
 		h.statusPath = o.prefix + "/status"
-		h.inspectPath = h.statusPath + "/inspect"
 	}
 	if o.keyring != nil {
 		h.tokenPath = o.prefix + "/token"
@@ -71,7 +69,7 @@ func newHandler(e *core.Engine, o options) *handler {
 // owns reports whether the request is for one of tide's routes.
 func (h *handler) owns(r *http.Request) bool {
 	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || r.URL.Path == h.jsPath ||
-		(h.tokenPath != "" && r.URL.Path == h.tokenPath) || (h.statusPath != "" && (r.URL.Path == h.statusPath || r.URL.Path == h.inspectPath))
+		(h.tokenPath != "" && r.URL.Path == h.tokenPath) || (h.statusPath != "" && (r.URL.Path == h.statusPath || h.isInspect(r)))
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -96,13 +94,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.serveStatus(w, r)
-	case h.inspectPath:
-		if h.inspectPath == "" {
-			http.NotFound(w, r)
+	default:
+		if h.isInspect(r) {
+			h.serveInspect(w, r) // inspect.go
 			return
 		}
-		h.serveInspect(w, r)
-	default:
 		http.NotFound(w, r)
 	}
 }

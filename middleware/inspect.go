@@ -65,6 +65,12 @@ func badInspectParam(name string, err *protocol.Error) *protocol.Error {
 	return err
 }
 
+// isInspect reports whether r is for the inspector: <prefix>/status/inspect,
+// served with the status page.
+func (h *handler) isInspect(r *http.Request) bool {
+	return h.statusPath != "" && r.URL.Path == h.statusPath+"/inspect"
+}
+
 // serveInspect answers GET <prefix>/status/inspect with the engine's
 // InspectReport as JSON, under the status page's policy.
 func (h *handler) serveInspect(w http.ResponseWriter, r *http.Request) {
