@@ -56,6 +56,10 @@ type subscription struct {
 
 	followGen uint64 // scopes().followGen() when the policy ran (follower.go)
 
+	// desyncs and resyncs count the times a live change did not fit the
+	// socket's queue and the replays that followed (inspect.go).
+	desyncs, resyncs uint64
+
 	// Owned by the goroutine that runs catch-up (observer.go).
 	trace      context.Context // carries the span of the subscribe or resync
 	roundStart time.Time
@@ -151,6 +155,7 @@ func (s *subscription) deliverLocked(b liveBatch, kicks *[]*conn) {
 		return
 	}
 	s.state = subDesynced
+	s.desyncs++
 	s.c.noteDrop(s)
 }
 
@@ -164,6 +169,7 @@ func (s *subscription) desync() {
 		s.buf, s.bufBytes = nil, 0
 	case subLive:
 		s.state = subDesynced
+		s.desyncs++
 		s.c.mu.Lock()
 		s.c.out.resyncDue = true
 		s.c.kickLocked()
@@ -180,6 +186,7 @@ func (s *subscription) resync() {
 		return
 	}
 	s.state = subCatchingUp
+	s.resyncs++
 	s.buf, s.bufBytes, s.overflow = nil, 0, false
 	from := s.delivered
 	s.mu.Unlock()

@@ -69,7 +69,7 @@ func newHandler(e *core.Engine, o options) *handler {
 // owns reports whether the request is for one of tide's routes.
 func (h *handler) owns(r *http.Request) bool {
 	return r.URL.Path == h.wsPath || r.URL.Path == h.pollPath || r.URL.Path == h.mutPath || r.URL.Path == h.jsPath ||
-		(h.tokenPath != "" && r.URL.Path == h.tokenPath) || (h.statusPath != "" && r.URL.Path == h.statusPath)
+		(h.tokenPath != "" && r.URL.Path == h.tokenPath) || (h.statusPath != "" && (r.URL.Path == h.statusPath || h.isInspect(r)))
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -95,6 +95,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.serveStatus(w, r)
 	default:
+		if h.isInspect(r) {
+			h.serveInspect(w, r) // inspect.go
+			return
+		}
 		http.NotFound(w, r)
 	}
 }

@@ -27,6 +27,10 @@ type StatusPolicy func(r *http.Request, p authz.Principal) error
 // external assets) with this node's name, the database-wide roles and the
 // node holding each (Engine.Roles), live counts and charts of the last
 // minutes, and GET <prefix>/status?format=json, the same data for scripts.
+// Under the same policy, GET <prefix>/status/inspect?principal=…&resource=…&key=…
+// (origin=… optional) answers core.Engine.Inspect as JSON: why a
+// principal's connections on this node did or did not get a row
+// (docs/inspector.md).
 // The page carries its data, so it shows it behind any authentication the
 // app's principal function accepts (a cookie, a header a proxy adds, a
 // client certificate); to stay current its script asks for the JSON with
@@ -284,21 +288,23 @@ func closeName(code protocol.CloseCode) string {
 //go:embed status.html
 var statusHTML []byte
 
-func (h *handler) serveStatus(w http.ResponseWriter, r *http.Request) {
+// statusAllowed checks the method and the status page's policy for r,
+// answering the request if it is refused.
+func (h *handler) statusAllowed(w http.ResponseWriter, r *http.Request) bool {
 	sp := h.o.status
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
+		return false
 	}
 	p, err := h.o.principal(r)
 	if err != nil {
 		http.Error(w, "unauthenticated", http.StatusUnauthorized)
-		return
+		return false
 	}
 	if sp.policy == nil {
 		http.Error(w, "forbidden", http.StatusForbidden)
-		return
+		return false
 	}
 	if err := sp.policy(r, p); err != nil {
 		status := http.StatusForbidden
@@ -306,6 +312,14 @@ func (h *handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusUnauthorized
 		}
 		http.Error(w, http.StatusText(status), status)
+		return false
+	}
+	return true
+}
+
+func (h *handler) serveStatus(w http.ResponseWriter, r *http.Request) {
+	sp := h.o.status
+	if !h.statusAllowed(w, r) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")

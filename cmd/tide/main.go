@@ -13,6 +13,8 @@
 //	tide prune     drop changes past the retention limits, or through a
 //	               position at or below the head (--dry-run: say what
 //	               would go, drop nothing)
+//	tide inspect   ask the status page of each node (--url, repeated) why a
+//	               principal did or did not get a row (docs/inspector.md)
 //
 // The database is named as psql and pg_dump name it: --database-url (or -d),
 // else DATABASE_URL, else the PG* variables (PGHOST, PGPORT, PGUSER,

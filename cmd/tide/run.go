@@ -33,6 +33,8 @@ commands:
   status    schema version, head, floor, change-log size, who holds each role
   tail      follow the change log as it commits
   prune     drop changes past the retention limits (--dry-run to see first)
+  inspect   ask nodes' status pages why a principal did or did not get a row
+            (--url, repeated per node; --principal, --resource, --key)
 
 common flags:
   -d, --database-url URL   the database (else DATABASE_URL, else PG* variables)
@@ -64,6 +66,7 @@ var commands = map[string]command{
 	"status":    {statusFlags},
 	"tail":      {tailFlags},
 	"prune":     {pruneFlags},
+	"inspect":   {inspectFlags},
 }
 
 // run runs the command line args and returns the exit code.

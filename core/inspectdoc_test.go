@@ -1,0 +1,82 @@
+package core_test
+
+// The Go example of "In Go" in docs/inspector.md, compiled: the region
+// below (between "inspector.md begins" and "inspector.md ends", one tab
+// in) is a go block of the page, which TestInspectDocExample checks, and
+// it runs.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/tidesync/tide/core"
+)
+
+func printInspection(ctx context.Context, engine *core.Engine) error {
+	// inspector.md begins
+	rep, err := engine.Inspect(ctx, core.InspectQuery{Principal: "alice", Resource: "todos", Key: "t1"})
+	if err != nil {
+		return err
+	}
+	for _, c := range rep.Connections {
+		for _, s := range c.Subscriptions {
+			fmt.Printf("%s %s %s: %s (%s)\n", rep.Node, c.Origin, s.Scope, s.Verdict, s.Reason)
+		}
+	}
+	// inspector.md ends
+	return nil
+}
+
+// TestInspectDocExample: the example of docs/inspector.md is in the page
+// as written here, and runs.
+func TestInspectDocExample(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "docs", "inspector.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "\t// inspector.md begins\n", "\t// inspector.md ends"
+	s := string(src)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatal("no region")
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSuffix(s[i+len(begin):j], "\n"), "\n") {
+		lines = append(lines, strings.TrimPrefix(l, "\t"))
+	}
+	if region := strings.Join(lines, "\n"); !strings.Contains(string(doc), "```go\n"+region+"\n```") {
+		t.Fatalf("this region of %s is not a go block of docs/inspector.md:\n%s", filepath.Base(file), region)
+	}
+	// The page's JSON answer decodes into InspectReport field by field.
+	js := string(doc)
+	k := strings.Index(js, "```json\n")
+	l := strings.Index(js[k+8:], "```")
+	if k < 0 || l < 0 {
+		t.Fatal("no json block in docs/inspector.md")
+	}
+	dec := json.NewDecoder(strings.NewReader(js[k+8 : k+8+l]))
+	dec.DisallowUnknownFields()
+	var rep core.InspectReport
+	if err := dec.Decode(&rep); err != nil || rep.Verdict != core.VerdictDelivered || len(rep.Connections) != 1 {
+		t.Fatalf("the json block of docs/inspector.md: %v %+v", err, rep)
+	}
+	s2 := newServer(t, core.Config{})
+	c := s2.dial(t, "alice", "p7")
+	c.hello()
+	c.Subscribe("s", "todos", project("p7"))
+	c.collect("s")
+	if err := printInspection(context.Background(), s2.e); err != nil {
+		t.Fatal(err)
+	}
+}
