@@ -40,7 +40,11 @@ func capture(args []string) error {
 	rounds := fs.Int("rounds", 2, "runs of each table per writer count, alternating which table goes first")
 	bodyLen := fs.Int("body", 64, "bytes of each row's body column")
 	dsnFlag := fs.String("dsn", "", "Postgres URL (default: TIDE_TEST_DATABASE_URL, else "+defaultDSN+")")
+	captureMode := fs.String("capture", "trigger", "the synced table's capture: trigger, or logical (a server with wal_level = logical)")
 	_ = fs.Parse(args)
+	if *captureMode != "trigger" && *captureMode != "logical" {
+		return fmt.Errorf("capture: -capture %q: want trigger or logical", *captureMode)
+	}
 	writers, err := intList(*writersFlag)
 	if err != nil {
 		return fmt.Errorf("capture: -writers: %w", err)
@@ -64,19 +68,19 @@ func capture(args []string) error {
 	if _, err := pg.conn.Exec(ctx, "CREATE TABLE "+plain+" (LIKE "+pg.table()+" INCLUDING ALL)"); err != nil {
 		return err
 	}
-	srv, err := startChild(ctx, "serve", pg.serverArgs()...)
+	srv, err := startChild(ctx, "serve", append(pg.serverArgs(), "-capture", *captureMode)...)
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
 	m := &captureMeter{pg: pg, srv: srv, body: strings.Repeat("lorem ipsum dolor sit amet ", *bodyLen/27+1)[:*bodyLen],
-		d: time.Duration(*seconds * float64(time.Second)), tide: pg.schema + "_tide"}
+		d: time.Duration(*seconds * float64(time.Second)), tide: pg.schema + "_tide", logical: *captureMode == "logical"}
 	if err := m.listen(ctx); err != nil {
 		return err
 	}
 	defer m.listener.Close(context.Background())
 
-	res := captureResult{Env: newEnv(fs), Seconds: *seconds, Rounds: *rounds, Body: *bodyLen}
+	res := captureResult{Env: newEnv(fs), Seconds: *seconds, Rounds: *rounds, Body: *bodyLen, Capture: *captureMode}
 	for _, w := range writers {
 		for r := range *rounds {
 			order := []bool{true, false} // synced first in even rounds, plain first in odd ones
@@ -104,6 +108,7 @@ type captureMeter struct {
 	body     string
 	d        time.Duration
 	tide     string    // the tide schema
+	logical  bool      // the synced table is captured from the replication stream
 	listener *pgx.Conn // LISTENs on the channel the sequencer notifies after each step
 }
 
@@ -262,11 +267,21 @@ const drainLimit = 5 * time.Minute
 func (m *captureMeter) drain(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, drainLimit)
 	defer cancel()
+	var end string // the WAL's end once every writer committed
+	if err := m.pg.conn.QueryRow(dctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		return err
+	}
 	for {
 		// Drained: no committed change the last tick's snapshot did not
-		// see (the feed's own test of a pending change).
+		// see (the feed's own test of a pending change); with the logical
+		// capture, the slot's consumer confirmed the WAL of every commit.
 		var empty bool
-		if err := m.pg.conn.QueryRow(dctx, `SELECT NOT EXISTS (SELECT 1 FROM (SELECT t.snap FROM `+m.tide+`.ticks t ORDER BY t.pos DESC LIMIT 1) p
+		if m.logical {
+			if err := m.pg.conn.QueryRow(dctx, `SELECT coalesce((SELECT s.confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots s WHERE s.slot_name = $2), false)`,
+				end, m.tide+"_logrepl").Scan(&empty); err != nil {
+				return fmt.Errorf("capture: waiting for the slot's consumer: %w", err)
+			}
+		} else if err := m.pg.conn.QueryRow(dctx, `SELECT NOT EXISTS (SELECT 1 FROM (SELECT t.snap FROM `+m.tide+`.ticks t ORDER BY t.pos DESC LIMIT 1) p
   CROSS JOIN LATERAL (SELECT 1 FROM `+m.tide+`.changes c WHERE c.xid >= pg_snapshot_xmax(p.snap)
     UNION ALL SELECT 1 FROM `+m.tide+`.changes c WHERE c.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p.snap)))) x)`).Scan(&empty); err != nil {
 			return fmt.Errorf("capture: waiting for every change to have a position: %w", err)
@@ -383,6 +398,7 @@ type captureResult struct {
 	Seconds float64        `json:"seconds"`
 	Rounds  int            `json:"rounds"`
 	Body    int            `json:"body"`
+	Capture string         `json:"capture"` // trigger or logical
 	Runs    []captureRun   `json:"runs"`
 	Points  []capturePoint `json:"points"`
 }
@@ -473,8 +489,8 @@ func summarizeCapture(runs []captureRun) []capturePoint {
 
 func (r captureResult) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "synced writes against plain writes (%s; %d round(s) of %.0f s per table and writer count, alternating; single-row INSERT transactions, %d-byte body)\n",
-		r.Env, r.Rounds, r.Seconds, r.Body)
+	fmt.Fprintf(&b, "synced writes (%s capture) against plain writes (%s; %d round(s) of %.0f s per table and writer count, alternating; single-row INSERT transactions, %d-byte body)\n",
+		r.Capture, r.Env, r.Rounds, r.Seconds, r.Body)
 	fmt.Fprintf(&b, "%7s  %18s  %6s  %6s  %22s  %25s\n", "writers", "commits/s syn/pln", "ratio", "target", "WAL B/commit syn/pln", "CPU µs/commit syn/pln")
 	for _, p := range r.Points {
 		verdict := "met"

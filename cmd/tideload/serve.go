@@ -70,6 +70,7 @@ func serve(args []string) error {
 	auth := fs.Bool("auth", false, "principals from headers, RequireClaim policy and a row filter")
 	pageSize := fs.Int("page", 0, "core.Config.PageSize (0: default)")
 	sendBuf := fs.Int("sendbuf", 0, "core.Config.SendBuffer (0: default)")
+	captureMode := fs.String("capture", "trigger", "Postgres capture: trigger or logical (needs wal_level = logical) (-feed pg)")
 	_ = fs.Parse(args)
 	if err := loopbackOnly(*addr); err != nil {
 		return err
@@ -105,7 +106,15 @@ func serve(args []string) error {
 			return err
 		}
 		defer pool.Close()
-		if pf, err = pgfeed.New(pool, pgfeed.Options{Schema: *schema + "_tide", Logger: logger}); err != nil {
+		popts := pgfeed.Options{Schema: *schema + "_tide", Logger: logger}
+		switch *captureMode {
+		case "trigger":
+		case "logical":
+			popts.Capture = pgfeed.CaptureLogical
+		default:
+			return fmt.Errorf("-capture %q: want trigger or logical", *captureMode)
+		}
+		if pf, err = pgfeed.New(pool, popts); err != nil {
 			return err
 		}
 		defer pf.Close()
