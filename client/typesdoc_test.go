@@ -10,10 +10,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"runtime"
-	"slices"
 	"strings"
 	"testing"
 
@@ -22,6 +18,7 @@ import (
 	"github.com/tidesync/tide/client"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/docsample"
 )
 
 // The app's declarations, as the page shows them.
@@ -105,61 +102,5 @@ func TestTypesDocExamples(t *testing.T) {
 		t.Fatalf("the page's generator wrote:\n%s", b.String())
 	}
 	_ = docGoClient
-	_, file, _, _ := runtime.Caller(0)
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "docs", "types.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var regions []string
-	rest := string(src)
-	for {
-		i := strings.Index(rest, "// types.md begins\n")
-		if i < 0 {
-			break
-		}
-		indent := rest[strings.LastIndex(rest[:i], "\n")+1 : i]
-		rest = rest[i+len("// types.md begins\n"):]
-		j := strings.Index(rest, indent+"// types.md ends")
-		if j < 0 {
-			t.Fatal("a region does not end")
-		}
-		var lines []string
-		for _, l := range strings.Split(strings.TrimRight(rest[:j], "\n"), "\n") {
-			lines = append(lines, strings.TrimPrefix(l, indent))
-		}
-		regions = append(regions, strings.Join(lines, "\n"))
-		rest = rest[j:]
-	}
-	var blocks []string
-	rest = string(doc)
-	for {
-		i := strings.Index(rest, "```go\n")
-		if i < 0 {
-			break
-		}
-		rest = rest[i+len("```go\n"):]
-		j := strings.Index(rest, "```")
-		if j < 0 {
-			t.Fatal("a go block of types.md does not end")
-		}
-		blocks = append(blocks, strings.TrimSuffix(rest[:j], "\n"))
-		rest = rest[j+3:]
-	}
-	if len(blocks) < 4 {
-		t.Fatalf("%d go blocks in types.md", len(blocks))
-	}
-	for _, b := range blocks {
-		if !slices.Contains(regions, b) {
-			t.Errorf("this go block of docs/types.md is not compiled by %s:\n%s", filepath.Base(file), b)
-		}
-	}
-	for _, r := range regions {
-		if !slices.Contains(blocks, r) {
-			t.Errorf("this region of %s is not a go block of docs/types.md:\n%s", filepath.Base(file), r)
-		}
-	}
+	docsample.Same(t, "types.md", 4)
 }

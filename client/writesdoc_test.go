@@ -13,11 +13,7 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
-	"runtime"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +22,7 @@ import (
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/feed/pgfeed"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/docsample"
 )
 
 // The types and helpers the examples assume the app has.
@@ -243,61 +240,5 @@ var _ = []any{docPutMutator, docMoveMutator, docToggle, docStrategies, docRestar
 // TestWritesDocExamples checks that the Go blocks of docs/writes.md are
 // exactly the regions of this file the compiler checks.
 func TestWritesDocExamples(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "docs", "writes.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var regions []string
-	rest := string(src)
-	for {
-		i := strings.Index(rest, "// writes.md begins\n")
-		if i < 0 {
-			break
-		}
-		indent := rest[strings.LastIndex(rest[:i], "\n")+1 : i]
-		rest = rest[i+len("// writes.md begins\n"):]
-		j := strings.Index(rest, indent+"// writes.md ends")
-		if j < 0 {
-			t.Fatal("a region does not end")
-		}
-		var lines []string
-		for _, l := range strings.Split(strings.TrimSuffix(rest[:j], "\n"), "\n") {
-			lines = append(lines, strings.TrimPrefix(l, indent))
-		}
-		regions = append(regions, strings.Join(lines, "\n"))
-		rest = rest[j:]
-	}
-	var blocks []string
-	rest = string(doc)
-	for {
-		i := strings.Index(rest, "```go\n")
-		if i < 0 {
-			break
-		}
-		rest = rest[i+len("```go\n"):]
-		j := strings.Index(rest, "```")
-		if j < 0 {
-			t.Fatal("a go block of writes.md does not end")
-		}
-		blocks = append(blocks, strings.TrimSuffix(rest[:j], "\n"))
-		rest = rest[j+3:]
-	}
-	if len(blocks) == 0 {
-		t.Fatal("no go block in writes.md")
-	}
-	for _, b := range blocks {
-		if !slices.Contains(regions, b) {
-			t.Errorf("this go block of docs/writes.md is not compiled by %s:\n%s", filepath.Base(file), b)
-		}
-	}
-	for _, r := range regions {
-		if !slices.Contains(blocks, r) {
-			t.Errorf("this region of %s is not a go block of docs/writes.md:\n%s", filepath.Base(file), r)
-		}
-	}
+	docsample.Same(t, "writes.md", 1)
 }

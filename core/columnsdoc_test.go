@@ -8,15 +8,12 @@ package core_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/tidesync/tide/authz"
 	"github.com/tidesync/tide/core"
 	"github.com/tidesync/tide/core/protocol"
+	"github.com/tidesync/tide/internal/docsample"
 	routes "github.com/tidesync/tide/internal/transport"
 )
 
@@ -48,28 +45,7 @@ func registerMembers(engine *core.Engine) (*core.Table[Member], error) {
 // TestColumnVisibilityDocExample: the docs' resource shows ann her own
 // email and no salary, bob neither of ann's, and an admin everything.
 func TestColumnVisibilityDocExample(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "docs", "authorization.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "\t// authorization.md begins\n", "\t// authorization.md ends"
-	s := string(src)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatal("no region")
-	}
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSuffix(s[i+len(begin):j], "\n"), "\n") {
-		lines = append(lines, strings.TrimPrefix(l, "\t"))
-	}
-	if region := strings.Join(lines, "\n"); !strings.Contains(string(doc), "```go\n"+region+"\n```") {
-		t.Fatalf("this region of %s is not a go block of docs/authorization.md:\n%s", filepath.Base(file), region)
-	}
+	docsample.Contained(t, "authorization.md")
 
 	e, err := core.New(core.Config{})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/tidesync/tide/core"
+	"github.com/tidesync/tide/internal/docsample"
 )
 
 func printInspection(ctx context.Context, engine *core.Engine) error {
@@ -36,27 +37,11 @@ func printInspection(ctx context.Context, engine *core.Engine) error {
 // TestInspectDocExample: the example of docs/inspector.md is in the page
 // as written here, and runs.
 func TestInspectDocExample(t *testing.T) {
+	docsample.Contained(t, "inspector.md")
 	_, file, _, _ := runtime.Caller(0)
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "docs", "inspector.md"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	const begin, end = "\t// inspector.md begins\n", "\t// inspector.md ends"
-	s := string(src)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatal("no region")
-	}
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSuffix(s[i+len(begin):j], "\n"), "\n") {
-		lines = append(lines, strings.TrimPrefix(l, "\t"))
-	}
-	if region := strings.Join(lines, "\n"); !strings.Contains(string(doc), "```go\n"+region+"\n```") {
-		t.Fatalf("this region of %s is not a go block of docs/inspector.md:\n%s", filepath.Base(file), region)
 	}
 	// The page's JSON answer decodes into InspectReport field by field.
 	js := string(doc)

@@ -13,14 +13,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tidesync/tide/authz"
+	"github.com/tidesync/tide/internal/docsample"
 	"github.com/tidesync/tide/middleware"
 )
 
@@ -51,28 +49,7 @@ func shareTokens(mux *http.ServeMux, keyring *authz.Keyring, currentUser middlew
 // else of the user's claims; a project the user is not a member of is
 // refused with 403.
 func TestTokenDocExample(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "docs", "authorization.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "\t// authorization.md begins\n", "\t// authorization.md ends"
-	s := string(src)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatal("no region")
-	}
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSuffix(s[i+len(begin):j], "\n"), "\n") {
-		lines = append(lines, strings.TrimPrefix(l, "\t"))
-	}
-	if region := strings.Join(lines, "\n"); !strings.Contains(string(doc), "```go\n"+region+"\n```") {
-		t.Fatalf("this region of %s is not a go block of docs/authorization.md:\n%s", filepath.Base(file), region)
-	}
+	docsample.Contained(t, "authorization.md")
 
 	kr, _ := authz.NewKeyring(authz.KeyringConfig{Current: authz.Key{ID: "k", Secret: bytes.Repeat([]byte{3}, 32)}})
 	user := func(*http.Request) (authz.Principal, error) {
