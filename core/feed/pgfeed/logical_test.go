@@ -204,7 +204,7 @@ func TestLogicalMigrateNeedsWALLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	if level == "logical" {
-		t.Skip("the shared test server has wal_level logical")
+		testenv.Missing(t, "a Postgres whose wal_level is not logical", "the server of "+testenv.DatabaseURLEnv+" has wal_level logical")
 	}
 	s := &feed.Schema{Name: "things", Table: "things", Keys: []int{0}, Columns: []protocol.Column{{Name: "id", Kind: protocol.KindString}}}
 	createTable(t, pool, s)
