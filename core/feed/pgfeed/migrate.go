@@ -160,6 +160,9 @@ $tide$`,
 	// Version 9: a step reads the changes it ticked through the
 	// transaction index, never by a scan of the change log.
 	{9, func(n names) []string { return []string{tickStepRowsFunction(n)} }},
+	// Version 10: steps read the change log through its index whatever its
+	// size when their plans were made (see stepSettings).
+	{10, func(n names) []string { return []string{tickSequenceFunction(n), tickStepRowsFunction(n)} }},
 }
 
 // positionBlock is how many positions a durable reservation covers: a

@@ -220,6 +220,19 @@ func (n names) lastTick() string {
 	return `SELECT t.next - 1 INTO hi FROM ` + n.ticks + ` t ORDER BY t.pos DESC LIMIT 1;`
 }
 
+// stepSettings are the settings a step's functions run with. A function
+// keeps the plans of its statements for the life of its session, and the
+// sequencer's session lives long: a plan made while the change log was
+// small reads it whole (a sequential scan), and keeps doing so as the log
+// grows, until statistics happen to be refreshed; the look for pending
+// transactions also compares with a value known only when it runs, which
+// the planner guesses matches a third of the log. Without sequential scans
+// every step reads the log through its transaction index, whatever its size
+// when planned. JIT compilation is off: it would compile each step (the
+// disabled scans of the one-row tables look costly to it), for far longer
+// than the step takes.
+const stepSettings = "SET enable_seqscan = off SET jit = off"
+
 // tickSequenceFunction replaces the sequence function (see
 // sequenceFunction) with one whose step writes ticks: it waits
 // server-side, as before, for a change to tick, then ticks every one its
@@ -227,7 +240,7 @@ func (n names) lastTick() string {
 // ticks of at most tickTxs transactions.
 func tickSequenceFunction(n names) string {
 	return `CREATE OR REPLACE FUNCTION ` + n.seqFn + `(max_txs integer, wait_ms integer, idle_ms integer, max_pause_ms integer)
-RETURNS TABLE (moved bigint, head bigint) LANGUAGE plpgsql AS $tide$
+RETURNS TABLE (moved bigint, head bigint) LANGUAGE plpgsql ` + stepSettings + ` AS $tide$
 #variable_conflict use_column
 DECLARE
   started timestamptz := pg_catalog.clock_timestamp();
@@ -271,7 +284,7 @@ $tide$`
 func tickStepRowsFunction(n names) string {
 	return `CREATE OR REPLACE FUNCTION ` + n.stepRowsFn + `(max_txs integer)
 RETURNS TABLE (before bigint, pos bigint, resource text, op smallint, key text, scope text[], data jsonb, origin text, prev jsonb, tx bigint)
-LANGUAGE plpgsql AS $tide$
+LANGUAGE plpgsql ` + stepSettings + ` AS $tide$
 #variable_conflict use_column
 DECLARE
   reserved bigint;
