@@ -61,10 +61,11 @@ func lagOrder(a, b lagRow) int {
 // Engine.Head, or 0 if it is not known, which orders by delivered cursor
 // all the same), then by the subscription's queued entries and its
 // connection's queued bytes. Subscriptions of closing connections are
-// left out. It never holds a lock across connections: the engine's
-// connection set is copied, then each connection is read under its own
-// lock, briefly, so it costs the fan-out little even with many
-// subscriptions (BenchmarkLaggingSubscriptions). n ≤ 0 returns none.
+// left out. It holds the engine's lock only to copy its set of
+// connections, then reads each connection under its own lock, briefly, and
+// keeps only the n most behind as it goes, so it costs the fan-out little
+// even with many subscriptions (BenchmarkLaggingSubscriptions). n ≤ 0
+// returns none.
 func (e *Engine) LaggingSubscriptions(head feed.Position, n int) []SubscriptionLag {
 	if n <= 0 {
 		return []SubscriptionLag{}
