@@ -48,6 +48,15 @@ type Channel[T any] struct {
 	// a member with a small state of the app's choosing, sent to every
 	// subscriber as a full list on subscribe and as diffs afterwards.
 	Presence bool
+	// State is a zero value of the Go type of a member's presence state,
+	// such as Cursor{}, declaring that type the way T declares the
+	// messages': a state a client sends must decode into it with no
+	// unknown fields (and pass its Validate method, if it has one with the
+	// signature Validate() error), and Engine.TypeScript gives it as the
+	// channel's presence type. A member may have no state (JSON null).
+	// It requires Presence. Zero value: any JSON state (unknown in
+	// TypeScript).
+	State any
 }
 
 // channel is the engine's untyped view of a registered channel.
@@ -60,6 +69,10 @@ type channel struct {
 	presence bool
 	validate func(data json.RawMessage) error // nil: any JSON
 	msg      reflect.Type                     // T, for Engine.TypeScript
+	// validateState checks a presence state (nil: any JSON), of type
+	// state (nil: undeclared).
+	validateState func(state json.RawMessage) error
+	state         reflect.Type
 }
 
 // RegisterChannel declares a channel on the engine. It returns an error
@@ -79,26 +92,41 @@ func RegisterChannel[T any](e *Engine, ch Channel[T]) error {
 	}
 	c.sub, c.pub, c.presence = guardPolicy(ch.Subscribe), guardPolicy(ch.Publish), ch.Presence
 	c.msg = reflect.TypeFor[T]()
-	if t := reflect.TypeFor[T](); t != reflect.TypeFor[json.RawMessage]() {
-		c.validate = func(data json.RawMessage) error {
-			var v T
-			d := json.NewDecoder(bytes.NewReader(data))
-			d.DisallowUnknownFields()
-			if err := d.Decode(&v); err != nil {
-				return err
-			}
-			if d.More() {
-				return errors.New("data holds more than one JSON value")
-			}
-			if val, ok := any(&v).(interface{ Validate() error }); ok {
-				if err := val.Validate(); err != nil {
-					return appWordsError{err}
-				}
-			}
-			return nil
+	c.validate = schemaCheck(c.msg)
+	if ch.State != nil {
+		if !ch.Presence {
+			return fmt.Errorf("%w: register channel %q: State declares a presence state, but Presence is false", ErrInvalidChannel, ch.Pattern)
 		}
+		c.state = reflect.TypeOf(ch.State)
+		c.validateState = schemaCheck(c.state)
 	}
 	return e.chans.add(c)
+}
+
+// schemaCheck returns the check of JSON data against Go type t (nil for
+// json.RawMessage: any JSON): it must decode into a t with no unknown
+// fields, hold one JSON value, and pass t's Validate method if it has one.
+func schemaCheck(t reflect.Type) func(data json.RawMessage) error {
+	if t == reflect.TypeFor[json.RawMessage]() {
+		return nil
+	}
+	return func(data json.RawMessage) error {
+		v := reflect.New(t)
+		d := json.NewDecoder(bytes.NewReader(data))
+		d.DisallowUnknownFields()
+		if err := d.Decode(v.Interface()); err != nil {
+			return err
+		}
+		if d.More() {
+			return errors.New("data holds more than one JSON value")
+		}
+		if val, ok := v.Interface().(interface{ Validate() error }); ok {
+			if err := val.Validate(); err != nil {
+				return appWordsError{err}
+			}
+		}
+		return nil
+	}
 }
 
 // parsePattern parses a channel's topic pattern.
@@ -229,12 +257,12 @@ func (e appWordsError) Unwrap() error { return e.err }
 
 // mismatch says for a person why data does not decode into a channel's
 // message type, in JSON's terms or the app's words, never Go's.
-func mismatch(err error) string {
+func mismatch(err error, what string) string {
 	var aw appWordsError
 	if errors.As(err, &aw) {
 		return aw.Error()
 	}
-	if m, ok := jsontext.DescribeError(err, "the message"); ok {
+	if m, ok := jsontext.DescribeError(err, what); ok {
 		return m
 	}
 	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
@@ -253,8 +281,20 @@ func (e *Engine) checkMessage(ch *channel, data json.RawMessage) *protocol.Error
 	}
 	if ch.validate != nil {
 		if err := ch.validate(data); err != nil {
-			return presentedf(protocol.CodeInvalidMessage, "data does not match channel "+ch.name+": "+mismatch(err), "data does not match channel %s: %v", ch.name, err)
+			return presentedf(protocol.CodeInvalidMessage, "data does not match channel "+ch.name+": "+mismatch(err, "the message"), "data does not match channel %s: %v", ch.name, err)
 		}
+	}
+	return nil
+}
+
+// checkStateSchema checks a presence state (not empty) against the
+// channel's declared state type.
+func checkStateSchema(ch *channel, state json.RawMessage) *protocol.Error {
+	if ch.validateState == nil || state == nil {
+		return nil
+	}
+	if err := ch.validateState(state); err != nil {
+		return presentedf(protocol.CodeInvalidMessage, "state does not match the presence state of channel "+ch.name+": "+mismatch(err, "the state"), "state does not match the presence state of channel %s: %v", ch.name, err)
 	}
 	return nil
 }

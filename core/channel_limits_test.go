@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -272,4 +273,61 @@ func TestChannelDeadConnectionLeaves(t *testing.T) {
 	watcher.waitPresence("board:b1", "wes=", "zed=")
 	// zombie reads nothing more, so it answers no ping.
 	watcher.waitPresence("board:b1", "wes=")
+}
+
+// viewerState is the declared presence state of TestChannelPresenceState.
+type viewerState struct {
+	Name   string `json:"name"`
+	Typing bool   `json:"typing,omitempty"`
+}
+
+// Validate refuses an empty name, to test a state's own check.
+func (v *viewerState) Validate() error {
+	if v.Name == "" {
+		return errors.New("name is required")
+	}
+	return nil
+}
+
+// TestChannelPresenceState: a channel that declares its presence state
+// type refuses, on subscribe and on update, a state that does not decode
+// into it or fails its Validate, with invalid_message naming the channel;
+// a member may have no state; State without Presence is refused.
+func TestChannelPresenceState(t *testing.T) {
+	e, err := core.New(core.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := core.RegisterChannel(e, core.Channel[json.RawMessage]{Pattern: "doc:{id}", State: viewerState{}}); !errors.Is(err, core.ErrInvalidChannel) {
+		t.Fatalf("State without Presence: %v, want ErrInvalidChannel", err)
+	}
+	if err := core.RegisterChannel(e, core.Channel[json.RawMessage]{Pattern: "room:{id}", Subscribe: authz.Allow, Presence: true, State: viewerState{}}); err != nil {
+		t.Fatal(err)
+	}
+	node := serveChanNode(t, e)
+	amy, bo := dialChan(t, node, "amy"), dialChan(t, node, "bo")
+	amy.join("room:1", viewerState{Name: "Amy"})
+	bo.join("room:1", nil) // no state
+	bo.waitPresence("room:1", `amy={"name":"Amy"}`, "bo=")
+
+	for i, bad := range []any{
+		map[string]any{"name": "Cy", "colour": "red"}, // unknown field
+		map[string]any{"name": 7},                     // wrong type
+		viewerState{},                                 // fails Validate
+	} {
+		topic := fmt.Sprintf("room:bad%d", i)
+		cy := dialChan(t, node, "cy")
+		cy.send(protocol.FrameTopicSubscribe, topic, bad)
+		cy.waitError(topic, protocol.CodeInvalidMessage)
+		cy.mu.Lock()
+		msg := cy.errors[len(cy.errors)-1].Message
+		cy.mu.Unlock()
+		if !strings.Contains(msg, "presence state of channel room") {
+			t.Errorf("state %v: message %q does not name the channel", bad, msg)
+		}
+	}
+	amy.send(protocol.FramePresenceUpdate, "room:1", map[string]any{"name": "Amy", "typing": "yes"})
+	amy.waitError("room:1", protocol.CodeInvalidMessage)
+	amy.send(protocol.FramePresenceUpdate, "room:1", viewerState{Name: "Amy", Typing: true})
+	bo.waitPresence("room:1", `amy={"name":"Amy","typing":true}`, "bo=")
 }

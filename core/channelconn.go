@@ -31,12 +31,16 @@ func (c *conn) handleChannel(f protocol.ClientFrame) {
 	}
 }
 
-// checkState checks a presence state's size; an empty state is JSON null.
+// checkState checks a presence state's size; an empty state, or JSON
+// null, is no state (nil).
 func (c *conn) checkState(state json.RawMessage) (json.RawMessage, *protocol.Error) {
 	if len(bytes.TrimSpace(state)) == 0 {
 		return nil, nil
 	}
 	state = compactJSON(state)
+	if string(state) == "null" {
+		return nil, nil
+	}
 	if n := c.e.cfg.Channels.MaxStateBytes; len(state) > n {
 		return nil, protocol.Errorf(protocol.CodeMessageTooLarge, "presence states are limited to %d bytes", n)
 	}
@@ -50,6 +54,9 @@ func (c *conn) topicSubscribe(topic string, state json.RawMessage) *protocol.Err
 		return err
 	}
 	if state, err = c.checkState(state); err != nil {
+		return err
+	}
+	if err := checkStateSchema(tr.ch, state); err != nil {
 		return err
 	}
 	if err := e.authorizeTopic(tr.ch.sub, tr, "subscribing"); err != nil {
@@ -230,6 +237,11 @@ func (c *conn) presenceUpdate(topic string, state json.RawMessage) *protocol.Err
 	state, err := c.checkState(state)
 	if err != nil {
 		return err
+	}
+	if ch, _ := h.lookup(topic); ch != nil {
+		if err := checkStateSchema(ch, state); err != nil {
+			return err
+		}
 	}
 	if !h.allowPublish(c) {
 		return protocol.Errorf(protocol.CodePublishRateLimit, "more than %d presence updates per second; the update was dropped", c.e.cfg.Channels.PublishRate)

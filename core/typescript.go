@@ -57,13 +57,14 @@ func tsKind(k protocol.Kind) string {
 // their types) and the argument type of each mutator, from the JSON form
 // of the Go arguments struct; for each channel, its topic names (a
 // template literal type of its pattern), its message type and its
-// presence state type. The output is sorted by name, so it is the same for
+// presence state type (the Go type of Channel.State; unknown when it
+// declares none). The output is sorted by name, so it is the same for
 // the same declarations. command is the command that regenerates it,
 // named in the header ("go generate ./web").
 //
-// It returns an error when a mutator's arguments or a channel's messages
-// have a type JSON cannot carry (a func, a channel, a complex number), and
-// w's error if writing fails.
+// It returns an error when a mutator's arguments, a channel's messages or
+// its presence state have a type JSON cannot carry (a func, a channel, a
+// complex number), and w's error if writing fails.
 func (e *Engine) TypeScript(w io.Writer, command string) error {
 	type mut struct {
 		name string
@@ -157,7 +158,12 @@ func (e *Engine) TypeScript(w io.Writer, command string) error {
 			return fmt.Errorf("tide: typescript: channel %s: message %v: %w", c.pattern, c.msg, err)
 		}
 		presence := "never"
-		if c.presence {
+		switch {
+		case c.state != nil:
+			if presence, err = tsOf(c.state, "      ", nil); err != nil {
+				return fmt.Errorf("tide: typescript: channel %s: presence state %v: %w", c.pattern, c.state, err)
+			}
+		case c.presence:
 			presence = "unknown"
 		}
 		p("    /** Channel %s%s. */\n", c.name, map[bool]string{true: ", with presence"}[c.presence])

@@ -104,6 +104,20 @@ type tsCursor struct {
 	Label string  `json:"label,omitempty"`
 }
 
+// tsViewer is the presence state of the board channel.
+type tsViewer struct {
+	Name   string `json:"name"`
+	Color  string `json:"color,omitempty"`
+	Typing bool   `json:"typing"`
+}
+
+// tsViewerWho is tsViewer with its name field renamed who.
+type tsViewerWho struct {
+	Who    string `json:"who"`
+	Color  string `json:"color,omitempty"`
+	Typing bool   `json:"typing"`
+}
+
 type tsChat struct {
 	Text string `json:"text"`
 }
@@ -120,6 +134,7 @@ const (
 	tsResourceRename tsVariant = "resource cards renamed tasks"
 	tsScopeRetyped   tsVariant = "scope column lane made text"
 	tsChannelRenamed tsVariant = "channel board:{board_id} renamed boards:{board_id}"
+	tsStateRenamed   tsVariant = "presence state field name of board renamed who"
 )
 
 // tsEngine returns the test engine, changed by v.
@@ -183,7 +198,11 @@ func tsEngine(t *testing.T, v tsVariant) *core.Engine {
 	if v == tsChannelRenamed {
 		pattern = "boards:{board_id}"
 	}
-	must(core.RegisterChannel(e, core.Channel[tsCursor]{Pattern: pattern, Name: "board", Presence: true}))
+	var state any = tsViewer{}
+	if v == tsStateRenamed {
+		state = tsViewerWho{}
+	}
+	must(core.RegisterChannel(e, core.Channel[tsCursor]{Pattern: pattern, Name: "board", Presence: true, State: state}))
 	must(core.RegisterChannel(e, core.Channel[tsChat]{Pattern: "chat:{board_id}:{room}"}))
 	must(core.RegisterChannel(e, core.Channel[json.RawMessage]{Pattern: "lobby"}))
 	return e
@@ -305,6 +324,19 @@ func TestTypeScriptTypes(t *testing.T) {
 	if err := e.TypeScript(&bytes.Buffer{}, "x"); err == nil || !strings.Contains(err.Error(), "boards.bad") {
 		t.Fatalf("TypeScript with a func argument: %v", err)
 	}
+	// A channel whose presence state JSON cannot carry: an error naming
+	// the channel.
+	e2, err := core.New(core.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Shutdown(context.Background())
+	if err := core.RegisterChannel(e2, core.Channel[json.RawMessage]{Pattern: "room:{id}", Presence: true, State: bad{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.TypeScript(&bytes.Buffer{}, "x"); err == nil || !strings.Contains(err.Error(), "channel room:{id}: presence state") {
+		t.Fatalf("TypeScript with a func in a presence state: %v", err)
+	}
 }
 
 // tscPath returns the browser client's TypeScript compiler.
@@ -401,6 +433,7 @@ func TestTypeScriptRename(t *testing.T) {
 		{tsResourceRename, []string{"TS2322", "TS2345"}, `"cards"`},
 		{tsScopeRetyped, []string{"TS2322"}, "number"},
 		{tsChannelRenamed, []string{"TS2345"}, "board:"},
+		{tsStateRenamed, []string{"TS2353", "TS2339", "TS2345"}, "name"},
 	}
 	schemas := [][]byte{tsOutput(t, tsOriginal)}
 	for _, c := range cases {

@@ -26,7 +26,9 @@ type StatusPolicy func(r *http.Request, p authz.Principal) error
 // WithStatusPage serves GET <prefix>/status: a self-contained page (no
 // external assets) with this node's name, the database-wide roles and the
 // node holding each (Engine.Roles), live counts and charts of the last
-// minutes, and GET <prefix>/status?format=json, the same data for scripts.
+// minutes, the StatusLaggingSubscriptions subscriptions of this node most
+// behind (core.Engine.LaggingSubscriptions: by lag, then send queue), and
+// GET <prefix>/status?format=json, the same data for scripts.
 // Under the same policy, GET <prefix>/status/inspect?principal=…&resource=…&key=…
 // (origin=… optional) answers core.Engine.Inspect as JSON: why a
 // principal's connections on this node did or did not get a row
@@ -46,6 +48,11 @@ type statusPage struct {
 	policy StatusPolicy
 	rec    *StatusRecorder
 }
+
+// StatusLaggingSubscriptions is how many of this node's subscriptions the
+// status report lists, the most behind first
+// (core.Engine.LaggingSubscriptions).
+const StatusLaggingSubscriptions = 20
 
 // StatusInterval is the width of one sample of the status page's charts;
 // StatusSamples samples are kept (ten minutes).
@@ -199,10 +206,12 @@ type statusReport struct {
 	PositionLag   int64           `json:"position_lag"`
 	LagSeconds    float64         `json:"tail_lag_seconds"`
 	ByResource    []resourceCount `json:"subscriptions_by_resource"`
-	Closes        []closeCount    `json:"recent_closes"`
-	Samples       []sample        `json:"samples"`
-	Stats         core.Stats      `json:"stats"`
-	IntervalSecs  float64         `json:"interval_seconds"`
+	// Lagging are the subscriptions most behind: by lag, then queue.
+	Lagging      []core.SubscriptionLag `json:"lagging_subscriptions"`
+	Closes       []closeCount           `json:"recent_closes"`
+	Samples      []sample               `json:"samples"`
+	Stats        core.Stats             `json:"stats"`
+	IntervalSecs float64                `json:"interval_seconds"`
 }
 
 type resourceCount struct {
@@ -230,6 +239,7 @@ func (r *StatusRecorder) report(ctx context.Context, e *core.Engine) statusRepor
 		}
 	}
 	rep.LagSeconds = lag
+	rep.Lagging = e.LaggingSubscriptions(feed.Position(rep.Head), StatusLaggingSubscriptions)
 	roles, err := e.Roles(ctx)
 	if err != nil {
 		rep.RolesError = err.Error()

@@ -140,7 +140,7 @@ func TestStatusPagePolicy(t *testing.T) {
 }
 
 // TestStatusPageInChromium loads the page in headless Chromium, checks the
-// script filled the counts in, and leaves a screenshot in
+// script filled the counts and the table of subscriptions in, and leaves a screenshot in
 // TIDE_STATUS_SCREENSHOT (or the test's temporary directory). It skips
 // without chromium, except in CI.
 func TestStatusPageInChromium(t *testing.T) {
@@ -185,7 +185,8 @@ func TestStatusPageInChromium(t *testing.T) {
 		return out
 	}
 	dom := string(chromium("--dump-dom", srv.URL+"/tide/status"))
-	for _, want := range []string{`id="c-conn">3<`, `id="c-subs">3<`, "<path", ">todos<"} {
+	for _, want := range []string{`id="c-conn">3<`, `id="c-subs">3<`, "<path", ">todos<",
+		"<th>lag</th>", "<td>todos where project_id = p7</td>", "<td>ops</td>", "<td>live</td>"} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("rendered page lacks %q", want)
 		}
@@ -249,6 +250,7 @@ func TestStatusPageCarriesItsData(t *testing.T) {
 			Resource string `json:"resource"`
 			Count    int64  `json:"count"`
 		} `json:"subscriptions_by_resource"`
+		Lagging []core.SubscriptionLag `json:"lagging_subscriptions"`
 	}
 	if err := json.Unmarshal([]byte(data), &rep); err != nil {
 		t.Fatalf("embedded data %q: %v", data, err)
@@ -256,6 +258,10 @@ func TestStatusPageCarriesItsData(t *testing.T) {
 	if rep.Node == "" || rep.Roles == nil || rep.Connections != 1 || rep.Subscriptions != 1 || len(rep.ByResource) != 2 ||
 		rep.ByResource[0].Count != 1 || rep.ByResource[1].Count != 1 {
 		t.Fatalf("embedded report %+v", rep)
+	}
+	// The subscription is listed once, with both its resources.
+	if len(rep.Lagging) != 1 || rep.Lagging[0].Principal != "alice" || rep.Lagging[0].ID != "m" || rep.Lagging[0].Resource != "notes,todos" {
+		t.Fatalf("lagging subscriptions %+v", rep.Lagging)
 	}
 	// The page's own request for fresh data, without the header, is
 	// refused: the script then reloads the page.

@@ -7,14 +7,14 @@ import type { Client } from "./client.js";
 import type { Problem } from "./errors.js";
 import { Subscribable } from "./subscribable.js";
 
-/** A topic's state for a UI: its presence list and the last refusal. */
-export interface TopicSnapshot {
-  members: Member[];
+/** A topic's state for a UI: its presence list (S: the type of each member's state) and the last refusal. */
+export interface TopicSnapshot<S = unknown> {
+  members: Member<S>[];
   error?: Problem;
 }
 
 /** A joined topic; M is its message type, P its presence state type. Bind a UI with subscribe/getSnapshot, like Scope. */
-export class Topic<M = unknown, P = unknown> extends Subscribable<TopicSnapshot> {
+export class Topic<M = unknown, P = unknown> extends Subscribable<TopicSnapshot<P>> {
   /** @internal */ members_ = new Map<string, Member>();
   /** @internal */ handlers_ = new Set<{ f(data: M, from: string): void }["f"]>();
   /** @internal */ left_?: boolean;
@@ -83,6 +83,6 @@ export class Topic<M = unknown, P = unknown> extends Subscribable<TopicSnapshot>
       if (f.code !== "duplicate_subscription") this.put_({ ...this.s_, error: problemOf(f) });
       return;
     } else return;
-    this.put_({ members: [...m.values()] });
+    this.put_({ members: [...m.values()] as Member<P>[] });
   }
 }

@@ -76,7 +76,11 @@ export type Schema = {
         y: number;
         label?: string;
       };
-      presence: unknown;
+      presence: {
+        name: string;
+        color?: string;
+        typing: boolean;
+      };
     };
     /** Channel chat. */
     "chat:{board_id}:{room}": {

@@ -43,7 +43,7 @@ export async function typed(tide: Client<Schema>) {
   tide.mutate("cards", "move");
 
   // Topics: names from the channel patterns, messages, presence.
-  const board = tide.topic("board:b1", { state: { x: 1 } });
+  const board = tide.topic("board:b1", { state: { name: "ann", typing: false } });
   board.publish({ x: 1, y: 2 });
   board.onMessage((m) => m.label?.toUpperCase());
   tide.topic(`chat:b1:${titles[0]}`).publish({ text: "hi" });
@@ -54,7 +54,17 @@ export async function typed(tide: Client<Schema>) {
   board.publish({ x: 1 });
   // @ts-expect-error chat has no presence
   tide.topic("chat:b1:r", { state: 1 });
-  return [id, note];
+  // Presence: the channel's state type, set and read.
+  board.setState({ name: "ann", color: "red", typing: true });
+  const names: string[] = board.getSnapshot().members.map((m) => m.state?.name ?? m.principal);
+  board.subscribe(() => board.getSnapshot().members.filter((m) => m.state?.typing));
+  // @ts-expect-error a state field the channel does not declare
+  board.setState({ name: "ann", typing: false, colour: "red" });
+  // @ts-expect-error a state field of the wrong type
+  tide.topic("board:b2", { state: { name: 1, typing: false } });
+  // @ts-expect-error no such field in a member's state
+  board.getSnapshot().members[0]?.state?.nickname;
+  return [id, note, names];
 }
 
 export function untyped(tide: Client) {

@@ -33,11 +33,11 @@ export interface Entry {
     origin?: string;
     resource?: string;
 }
-/** One subscriber of a presence topic: a connection of a principal. */
-export interface Member {
+/** One subscriber of a presence topic: a connection of a principal; P is the channel's presence state type (absent: no state). */
+export interface Member<P = unknown> {
     id: string;
     principal: string;
-    state?: unknown;
+    state?: P;
 }
 /** A decoded channel frame (id is never set: frames name their topic). */
 export type TopicFrame = {
