@@ -69,12 +69,17 @@ func (c config) name() string {
 // phase is how long one configuration writes and injects faults.
 func (rc *runConfig) phase() time.Duration { return time.Duration(rc.size) * 20 * time.Second }
 
-// faultKinds, with their weights after the first round (one of each).
+// faultKinds, with their weights after the first round (one of each). A
+// kill of a role's holder that finds none (its node was just killed and
+// no other has taken the role yet) is tried again at the next pause, at
+// most three times, so each configuration kills the sequencer's node
+// (under the logical capture, the slot's consumer) and the replicator
+// leader's at least once.
 var faultKinds = []struct {
 	name   string
 	weight int
 }{
-	{"kill", 3}, {"kill-holder", 2}, {"stall", 2}, {"client-restart", 2}, {"pg-restart", 1}, {"nats-restart", 1},
+	{"kill", 3}, {"kill-sequencer", 1}, {"kill-replicator", 1}, {"stall", 2}, {"client-restart", 2}, {"pg-restart", 1}, {"nats-restart", 1},
 }
 
 // busResult is what one configuration found.
@@ -371,6 +376,7 @@ func runBus(ctx context.Context, rc *runConfig, cf config) (res busResult, err e
 		total += k.weight
 	}
 	kinds := slices.Clone(enabled)
+	retried := map[string]int{}
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	pick := func() string {
 		if len(kinds) > 0 {
@@ -430,31 +436,27 @@ func runBus(ctx context.Context, rc *runConfig, cf config) (res busResult, err e
 				continue
 			}
 			killNode(up[rng.IntN(len(up))], kind)
-		case "kill-holder":
-			// The sequencer or the replicator leader, as the nodes report it.
-			var seq, lead []int
+		case "kill-sequencer", "kill-replicator":
+			// The role's holder, as the nodes report it.
+			holder := -1
 			for _, i := range nodes.up() {
 				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				st, err := nodes.status(sctx, i)
 				cancel()
-				if err != nil {
-					continue
-				}
-				if st.Sequencing {
-					seq = append(seq, i)
-				}
-				if st.Replicator == "leader" {
-					lead = append(lead, i)
+				if err == nil && ((kind == "kill-sequencer" && st.Sequencing) || (kind == "kill-replicator" && st.Replicator == "leader")) {
+					holder = i
+					break
 				}
 			}
-			switch {
-			case len(seq) > 0 && (len(lead) == 0 || rng.IntN(2) == 0):
-				killNode(seq[0], "kill-sequencer")
-			case len(lead) > 0:
-				killNode(lead[0], "kill-replicator")
-			default:
+			if holder < 0 {
 				res.skipped[kind+"(no holder)"]++
+				if retried[kind] < 3 {
+					retried[kind]++
+					kinds = append(kinds, kind)
+				}
+				continue
 			}
+			killNode(holder, kind)
 		case "stall":
 			fc := fcs[rng.IntN(len(fcs))]
 			d := rc.idle + rc.idle/2 + time.Duration(rng.Int64N(int64(rc.idle)))
