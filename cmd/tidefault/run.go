@@ -311,6 +311,9 @@ func runBus(ctx context.Context, rc *runConfig, cf config) (res busResult, err e
 			fc.stop()
 			fc.mu.Unlock()
 			fc.proxy.close()
+			eventMu.Lock()
+			_ = fc.eventLog.Close()
+			eventMu.Unlock()
 		}
 	}()
 	for i := range rc.clients {
@@ -328,9 +331,14 @@ func runBus(ctx context.Context, rc *runConfig, cf config) (res busResult, err e
 		if err != nil {
 			return res, err
 		}
-		fc := newFClient(i, rc.tenants, dir, p, mon)
+		fc, err := newFClient(i, rc.tenants, dir, p, mon)
+		if err != nil {
+			p.close()
+			return res, err
+		}
 		if err := fc.start(); err != nil {
 			p.close()
+			_ = fc.eventLog.Close()
 			return res, err
 		}
 		fcs = append(fcs, fc)
@@ -611,7 +619,7 @@ func runBus(ctx context.Context, rc *runConfig, cf config) (res busResult, err e
 	for _, fc := range fcs {
 		eventMu.Lock()
 		for k, v := range fc.events {
-			res.clientEvent[string(k)] += v
+			res.clientEvent[k] += v
 		}
 		eventMu.Unlock()
 	}
