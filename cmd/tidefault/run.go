@@ -529,12 +529,15 @@ func runBus(ctx context.Context, rc *runConfig, cf config) (res busResult, err e
 	deadline := cstart.Add(rc.converge)
 	var final counts
 	var problems []string
+	lastShown := cstart
 	for {
 		problems = problems[:0]
 		settled := true
+		pending := 0
 		for _, fc := range fcs {
-			if fc.pending() > 0 {
+			if n := fc.pending(); n > 0 {
 				settled = false
+				pending += n
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -554,6 +557,11 @@ func runBus(ctx context.Context, rc *runConfig, cf config) (res busResult, err e
 		final = compare(db, views, func(s string) { problems = append(problems, s) })
 		if (settled && !final.failed()) || time.Now().After(deadline) {
 			break
+		}
+		if time.Since(lastShown) >= 15*time.Second {
+			lastShown = time.Now()
+			fmt.Fprintf(os.Stderr, "tidefault: capture=%s bus=%s: converging for %s: %d mutations pending, %s\n",
+				cf.capture, bus, time.Since(cstart).Round(time.Second), pending, final)
 		}
 		select {
 		case <-ctx.Done():
