@@ -271,3 +271,40 @@ func TestRateLimitedRejectResends(t *testing.T) {
 		t.Errorf("pending %v, rows %v", keysOfPending(r.c.Pending()), sub.Rows())
 	}
 }
+
+// A connection that ends without a close frame from the server (its
+// process killed, the network lost: the client reads end of file, which
+// the websocket library reports as close code 1006) is a network loss,
+// not the server refusing the mutation: however many there are, the
+// mutation stays pending and is sent again.
+func TestDroppedConnectionsDoNotSettle(t *testing.T) {
+	ctx := testCtx(t)
+	r := newFakeRig(t, Config{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	m, err := r.c.Mutate(ctx, Mutation{Key: "k1", Resource: "todos", Name: "add"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r.c)
+	for range maxCloses + 1 {
+		fc := r.fs.accept(ctx, t)
+		fc.handshake(ctx, t)
+		if f := fc.nextOf(ctx, t, protocol.FrameMutate); f.Key != "k1" {
+			t.Fatalf("sent %+v", f)
+		}
+		_ = fc.ws.Close() // the TCP connection ends, no close frame
+	}
+	fc := r.fs.accept(ctx, t)
+	fc.handshake(ctx, t)
+	if f := fc.nextOf(ctx, t, protocol.FrameMutate); f.Key != "k1" {
+		t.Fatalf("after %d dropped connections, sent %+v, want k1 again", maxCloses+1, f)
+	}
+	select {
+	case <-m.Settled():
+		_, err := m.Wait(ctx)
+		t.Fatalf("settled after dropped connections: %v", err)
+	default:
+	}
+	if p := keysOfPending(r.c.Pending()); len(p) != 1 {
+		t.Errorf("pending %v, want k1", p)
+	}
+}

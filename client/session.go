@@ -246,7 +246,10 @@ func (s *session) readLoop() {
 			var ce *websocket.CloseError
 			s.endMu.Lock()
 			s.readErr = err
-			s.serverClosed = errors.As(err, &ce) && s.reason == nil
+			// 1006 is no close frame: the library's code for a connection
+			// that ended without one (the server's process killed, the
+			// network lost), which does not count against the mutations.
+			s.serverClosed = errors.As(err, &ce) && ce.Code != websocket.CloseAbnormalClosure && s.reason == nil
 			s.endMu.Unlock()
 			s.q.close()
 			return

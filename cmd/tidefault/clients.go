@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -51,20 +52,25 @@ type fclient struct {
 	issued   []string
 	rejected map[string]string
 	restarts int
-	events   map[client.EventKind]int
+	events   map[string]int // by eventLabel
+	eventLog *os.File       // every event, one line each: client-N.log beside the store file
 	seq      int
 }
 
-func newFClient(i, tenants int, dir string, p *proxy, mon *cursorMonitor) *fclient {
-	fc := &fclient{i: i, user: fmt.Sprintf("u%d", i), origin: fmt.Sprintf("dev-%d", i),
+func newFClient(i, tenants int, dir string, p *proxy, mon *cursorMonitor) (*fclient, error) {
+	lf, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("client-%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fc := &fclient{eventLog: lf, i: i, user: fmt.Sprintf("u%d", i), origin: fmt.Sprintf("dev-%d", i),
 		path: filepath.Join(dir, fmt.Sprintf("client-%d.json", i)), proxy: p, mon: mon,
-		rejected: map[string]string{}, events: map[client.EventKind]int{}}
+		rejected: map[string]string{}, events: map[string]int{}}
 	// Synced and allowed: tenants i and i+1. Allowed, written, not synced:
 	// i+2. Synced and refused (its record must stay empty): i+3.
 	t := func(k int) string { return tenantName((i + k) % tenants) }
 	fc.allowed = []string{t(0), t(1), t(2)}
 	fc.scopes = []string{t(0), t(1), t(3)}
-	return fc
+	return fc, nil
 }
 
 func tenantName(i int) string { return fmt.Sprintf("t%d", i) }
@@ -108,12 +114,26 @@ var eventMu sync.Mutex
 func (fc *fclient) onEvent(e client.Event) {
 	eventMu.Lock()
 	defer eventMu.Unlock()
-	fc.events[e.Kind]++
+	fc.events[eventLabel(e)]++
+	fmt.Fprintf(fc.eventLog, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), e)
 	// unavailable, draining and rate_limited are answered with a resend,
 	// not a rollback: only the other codes reject a mutation for good.
 	if e.Kind == client.EventMutationRejected && e.Code != protocol.CodeUnavailable && e.Code != protocol.CodeDraining && e.Code != protocol.CodeRateLimited {
 		fc.rejected[e.Key] = string(e.Code)
 	}
+}
+
+// eventLabel names an event in the run's client_events: its kind, with
+// the code of a server error or a rejection ("server-error/unavailable")
+// or the close code the server sent ("disconnected/4001").
+func eventLabel(e client.Event) string {
+	switch {
+	case e.Code != "":
+		return string(e.Kind) + "/" + string(e.Code)
+	case e.CloseCode != 0:
+		return fmt.Sprintf("%s/%d", e.Kind, e.CloseCode)
+	}
+	return string(e.Kind)
 }
 
 // stop ends the client's Run and waits for it. Called with fc.mu held.

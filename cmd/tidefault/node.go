@@ -69,7 +69,7 @@ type nodeStatus struct {
 }
 
 // node runs one app node until SIGTERM or its stdin closes: a Postgres
-// feed, the Postgres or the NATS bus, an engine with the items resource
+// feed (trigger or logical capture), the Postgres or the NATS bus, an engine with the items resource
 // and its mutator, a replicator, and an HTTP server on a loopback address.
 // It prints "listening <addr>" once it serves.
 func node(args []string) error {
@@ -78,6 +78,7 @@ func node(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:0", "listen address (loopback only)")
 	dsn := fs.String("dsn", "", "Postgres URL of the fault run's database")
 	schema := fs.String("schema", "", "schema of the app's tables; tide's own is <schema>_tide")
+	capture := fs.String("capture", "trigger", "the feed's capture: trigger, or logical (the sequencer's node consumes the replication slot; needs wal_level = logical)")
 	bus := fs.String("bus", "pg", "bus between nodes: pg (every node tails the change log) or nats")
 	natsURL := fs.String("nats", "", "NATS URL (-bus nats)")
 	prefix := fs.String("prefix", "tidefault", "NATS subject prefix (-bus nats)")
@@ -109,7 +110,15 @@ func node(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	pf, err := pgfeed.New(pool, pgfeed.Options{Schema: *schema + "_tide", Logger: log})
+	popts := pgfeed.Options{Schema: *schema + "_tide", Logger: log}
+	switch *capture {
+	case "trigger":
+	case "logical":
+		popts.Capture = pgfeed.CaptureLogical
+	default:
+		return fmt.Errorf("-capture %q: want trigger or logical", *capture)
+	}
+	pf, err := pgfeed.New(pool, popts)
 	if err != nil {
 		return err
 	}

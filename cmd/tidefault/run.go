@@ -16,12 +16,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tidesync/tide/core/feed/pgfeed/logrepl"
+	"github.com/tidesync/tide/internal/testenv"
 )
 
-// runConfig is one fault run: every bus configuration in turn, each with
-// its own schema, nodes, clients, writers and faults.
+// runConfig is one fault run: every configuration (a capture with a bus)
+// in turn, each with its own schema, nodes, clients, writers and faults.
 type runConfig struct {
 	dsn, natsURL  string
+	captures      []string
 	buses         []string
 	size          int
 	nodes         int
@@ -40,21 +44,47 @@ type runConfig struct {
 	pgWasUp       bool
 	natsWasUp     bool
 	problemsShown int
+	sabotage      string // "uncaptured": writes the capture misses (-sabotage)
+
+	// The server of the logical capture: TIDE_TEST_LOGICAL_DATABASE_URL's,
+	// or the private cluster the run started (logical, nil otherwise).
+	logicalURL string
+	logical    *testenv.LogicalCluster
 }
 
-// phase is how long one bus configuration writes and injects faults.
+// config is one configuration of a run: a capture (trigger, logical) and
+// a bus (pg, nats).
+type config struct{ capture, bus string }
+
+// name names the configuration's schema, NATS prefix and directory: the
+// bus alone under the trigger capture (as before the logical capture was
+// run), "logical_" and the bus under the logical one.
+func (c config) name() string {
+	if c.capture == "logical" {
+		return "logical_" + c.bus
+	}
+	return c.bus
+}
+
+// phase is how long one configuration writes and injects faults.
 func (rc *runConfig) phase() time.Duration { return time.Duration(rc.size) * 20 * time.Second }
 
-// faultKinds, with their weights after the first round (one of each).
+// faultKinds, with their weights after the first round (one of each). A
+// kill of a role's holder that finds none (its node was just killed and
+// no other has taken the role yet) is tried again at the next pause, at
+// most three times, so each configuration kills the sequencer's node
+// (under the logical capture, the slot's consumer) and the replicator
+// leader's at least once.
 var faultKinds = []struct {
 	name   string
 	weight int
 }{
-	{"kill", 3}, {"kill-holder", 2}, {"stall", 2}, {"client-restart", 2}, {"pg-restart", 1}, {"nats-restart", 1},
+	{"kill", 3}, {"kill-sequencer", 1}, {"kill-replicator", 1}, {"stall", 2}, {"client-restart", 2}, {"pg-restart", 1}, {"nats-restart", 1},
 }
 
-// busResult is what one bus configuration found.
+// busResult is what one configuration found.
 type busResult struct {
+	capture     string
 	bus         string
 	c           counts
 	faults      map[string]int
@@ -71,8 +101,8 @@ type busResult struct {
 }
 
 func (r busResult) line() string {
-	return fmt.Sprintf("bus=%s %s %s faults{%s} skipped{%s} sql_writes=%d (failed %d) cursor_saves=%d resets=%d converged_in=%s roles=%s elapsed=%s client_events{%s}",
-		r.bus, verdict(r.c.failed() || !strings.HasPrefix(r.roles, "ok")), r.c, pairs(r.faults), pairs(r.skipped),
+	return fmt.Sprintf("capture=%s bus=%s %s %s faults{%s} skipped{%s} sql_writes=%d (failed %d) cursor_saves=%d resets=%d converged_in=%s roles=%s elapsed=%s client_events{%s}",
+		r.capture, r.bus, verdict(r.c.failed() || !strings.HasPrefix(r.roles, "ok")), r.c, pairs(r.faults), pairs(r.skipped),
 		r.sqlWrites, r.sqlFailed, r.saves, r.resets, r.converge.Round(10*time.Millisecond), r.roles, r.elapsed.Round(100*time.Millisecond), pairs(r.clientEvent))
 }
 
@@ -204,18 +234,20 @@ func deleteStream(ctx context.Context, natsURL, prefix string) error {
 	return err
 }
 
-// runBus runs one bus configuration end to end.
-func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err error) {
+// runBus runs one configuration end to end.
+func runBus(ctx context.Context, rc *runConfig, cf config) (res busResult, err error) {
 	start := time.Now()
-	res = busResult{bus: bus, faults: map[string]int{}, skipped: map[string]int{}, clientEvent: map[string]int{}}
-	rng := rand.New(rand.NewPCG(rc.seed, uint64(len(bus))))
-	schema := "tf_" + bus
-	prefix := "tidefault" + bus
-	dir := fmt.Sprintf("%s/%s", rc.dir, bus)
+	bus, name := cf.bus, cf.name()
+	logical := cf.capture == "logical"
+	res = busResult{capture: cf.capture, bus: bus, faults: map[string]int{}, skipped: map[string]int{}, clientEvent: map[string]int{}}
+	rng := rand.New(rand.NewPCG(rc.seed, uint64(len(name))))
+	schema := "tf_" + name
+	prefix := "tidefault" + strings.ReplaceAll(name, "_", "")
+	dir := fmt.Sprintf("%s/%s", rc.dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return res, err
 	}
-	dbURL, err := faultDB(rc.dsn)
+	dbURL, err := faultDB(rc.serverURL(cf.capture))
 	if err != nil {
 		return res, err
 	}
@@ -231,12 +263,29 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 	}
 	defer pool.Close()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = resetSchema(sctx, pool, schema, rc.tenants)
+	if logical {
+		// A slot left by an earlier run would keep its WAL and replay it.
+		err = dropSlot(sctx, pool, schema+"_tide")
+	}
+	if err == nil {
+		err = resetSchema(sctx, pool, schema, rc.tenants)
+	}
 	cancel()
 	if err != nil {
 		return res, err
 	}
-	nodeArgs := []string{"-dsn", dbURL, "-schema", schema, "-bus", bus, "-idle", rc.idle.String()}
+	if logical {
+		// After the nodes stop (deferred below, so run first): the slot
+		// would keep the server's WAL without bound.
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := dropSlot(dctx, pool, schema+"_tide"); err != nil {
+				fmt.Fprintf(os.Stderr, "tidefault: capture=logical bus=%s: drop the slot: %v\n", bus, err)
+			}
+		}()
+	}
+	nodeArgs := []string{"-dsn", dbURL, "-schema", schema, "-capture", cf.capture, "-bus", bus, "-idle", rc.idle.String()}
 	if bus == "nats" {
 		if err := deleteStream(ctx, rc.natsURL, prefix); err != nil {
 			return res, fmt.Errorf("delete the stream: %w", err)
@@ -262,6 +311,9 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 			fc.stop()
 			fc.mu.Unlock()
 			fc.proxy.close()
+			eventMu.Lock()
+			_ = fc.eventLog.Close()
+			eventMu.Unlock()
 		}
 	}()
 	for i := range rc.clients {
@@ -279,9 +331,14 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 		if err != nil {
 			return res, err
 		}
-		fc := newFClient(i, rc.tenants, dir, p, mon)
+		fc, err := newFClient(i, rc.tenants, dir, p, mon)
+		if err != nil {
+			p.close()
+			return res, err
+		}
 		if err := fc.start(); err != nil {
 			p.close()
+			_ = fc.eventLog.Close()
 			return res, err
 		}
 		fcs = append(fcs, fc)
@@ -320,13 +377,14 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 	var enabled []string
 	total := 0
 	for _, k := range faultKinds {
-		if (k.name == "pg-restart" && !rc.restartPG) || (k.name == "nats-restart" && (!rc.restartNATS || bus != "nats")) {
+		if (k.name == "pg-restart" && (!rc.restartPG || (logical && rc.logical == nil))) || (k.name == "nats-restart" && (!rc.restartNATS || bus != "nats")) {
 			continue
 		}
 		enabled = append(enabled, k.name)
 		total += k.weight
 	}
 	kinds := slices.Clone(enabled)
+	retried := map[string]int{}
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	pick := func() string {
 		if len(kinds) > 0 {
@@ -386,31 +444,27 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 				continue
 			}
 			killNode(up[rng.IntN(len(up))], kind)
-		case "kill-holder":
-			// The sequencer or the replicator leader, as the nodes report it.
-			var seq, lead []int
+		case "kill-sequencer", "kill-replicator":
+			// The role's holder, as the nodes report it.
+			holder := -1
 			for _, i := range nodes.up() {
 				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				st, err := nodes.status(sctx, i)
 				cancel()
-				if err != nil {
-					continue
-				}
-				if st.Sequencing {
-					seq = append(seq, i)
-				}
-				if st.Replicator == "leader" {
-					lead = append(lead, i)
+				if err == nil && ((kind == "kill-sequencer" && st.Sequencing) || (kind == "kill-replicator" && st.Replicator == "leader")) {
+					holder = i
+					break
 				}
 			}
-			switch {
-			case len(seq) > 0 && (len(lead) == 0 || rng.IntN(2) == 0):
-				killNode(seq[0], "kill-sequencer")
-			case len(lead) > 0:
-				killNode(lead[0], "kill-replicator")
-			default:
+			if holder < 0 {
 				res.skipped[kind+"(no holder)"]++
+				if retried[kind] < 3 {
+					retried[kind]++
+					kinds = append(kinds, kind)
+				}
+				continue
 			}
+			killNode(holder, kind)
 		case "stall":
 			fc := fcs[rng.IntN(len(fcs))]
 			d := rc.idle + rc.idle/2 + time.Duration(rng.Int64N(int64(rc.idle)))
@@ -430,9 +484,7 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 			lastService[kind] = time.Now()
 			var err error
 			if kind == "pg-restart" {
-				if err = pgctl(ctx, "restart"); err == nil {
-					err = waitUp(ctx, rc.pgAddr, time.Minute)
-				}
+				err = rc.restartPostgres(ctx, cf.capture)
 			} else {
 				err = restartNATS(ctx)
 			}
@@ -452,7 +504,7 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 	if nodeErr != nil {
 		return res, nodeErr
 	}
-	if err := restoreServices(rc.pgWasUp, rc.natsWasUp); err != nil {
+	if err := rc.restore(); err != nil {
 		return res, err
 	}
 	for i := range rc.nodes {
@@ -463,18 +515,29 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 		}
 	}
 
+	if rc.sabotage == "uncaptured" {
+		what, err := writeUncaptured(ctx, pool, schema, rc.tenants, logical)
+		if err != nil {
+			return res, fmt.Errorf("sabotage: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "tidefault: capture=%s bus=%s: sabotage: %s\n", cf.capture, bus, what)
+	}
+
 	// Convergence: every mutation settled and every copy equal to the
 	// database, within a generous bound (a failure bound, not a figure).
 	cstart := time.Now()
 	deadline := cstart.Add(rc.converge)
 	var final counts
 	var problems []string
+	lastShown := cstart
 	for {
 		problems = problems[:0]
 		settled := true
+		pending := 0
 		for _, fc := range fcs {
-			if fc.pending() > 0 {
+			if n := fc.pending(); n > 0 {
 				settled = false
+				pending += n
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -495,6 +558,11 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 		if (settled && !final.failed()) || time.Now().After(deadline) {
 			break
 		}
+		if time.Since(lastShown) >= 15*time.Second {
+			lastShown = time.Now()
+			fmt.Fprintf(os.Stderr, "tidefault: capture=%s bus=%s: converging for %s: %d mutations pending, %s\n",
+				cf.capture, bus, time.Since(cstart).Round(time.Second), pending, final)
+		}
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
@@ -507,12 +575,13 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 	res.c, res.resets, res.saves = final, resets, saves
 	for _, p := range append(cursorProblems, problems...) {
 		if rc.problemsShown < 40 {
-			fmt.Fprintf(os.Stderr, "tidefault: bus=%s: %s\n", bus, p)
+			fmt.Fprintf(os.Stderr, "tidefault: capture=%s bus=%s: %s\n", cf.capture, bus, p)
 			rc.problemsShown++
 		}
 	}
 
-	// Roles: one sequencer and one replicator leader among the nodes.
+	// Roles: one sequencer and one replicator leader among the nodes and,
+	// under the logical capture, the slot streaming to its consumer.
 	res.roles = "none"
 	rdeadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(rdeadline) {
@@ -530,7 +599,17 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 			}
 		}
 		res.roles = fmt.Sprintf("sequencers:%d,leaders:%d", seq, lead)
-		if seq == 1 && lead == 1 {
+		slotOK := true
+		if logical {
+			slotOK = false
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := pool.QueryRow(sctx, `SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`,
+				logrepl.SlotName(schema+"_tide")).Scan(&slotOK)
+			cancel()
+			res.roles += fmt.Sprintf(",slot_active:%v", err == nil && slotOK)
+			slotOK = err == nil && slotOK
+		}
+		if seq == 1 && lead == 1 && slotOK {
 			res.roles = "ok(" + res.roles + ")"
 			break
 		}
@@ -548,10 +627,36 @@ func runBus(ctx context.Context, rc *runConfig, bus string) (res busResult, err 
 	for _, fc := range fcs {
 		eventMu.Lock()
 		for k, v := range fc.events {
-			res.clientEvent[string(k)] += v
+			res.clientEvent[k] += v
 		}
 		eventMu.Unlock()
 	}
 	res.elapsed = time.Since(start)
 	return res, nil
+}
+
+// dropSlot drops the replication slot and the publication of a tide
+// schema's logical capture, ending first the WAL sender that still streams
+// from the slot (one lingers a moment after its node is gone).
+func dropSlot(ctx context.Context, pool *pgxpool.Pool, tideSchema string) error {
+	slot := logrepl.SlotName(tideSchema)
+	for attempt := 0; ; attempt++ {
+		_, err := pool.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(active_pid, 1000)
+FROM pg_catalog.pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+		if err == nil {
+			err = logrepl.DropSlot(ctx, pool, slot)
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, logrepl.ErrSlotInUse) || attempt == 50 {
+			return err
+		}
+		select { // a bounded retry: the WAL sender is ending
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return logrepl.DropPublication(ctx, pool, logrepl.PublicationName(tideSchema))
 }

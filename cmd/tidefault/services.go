@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidesync/tide/internal/testenv"
 )
 
 // The shared services this run restarts. Postgres is restarted with its
@@ -167,5 +169,57 @@ func restoreServices(pgWasUp, natsWasUp bool) error {
 			errs = append(errs, err)
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// startLogical finds the server of the logical capture: the one
+// TIDE_TEST_LOGICAL_DATABASE_URL names, which must be up, or a private
+// cluster it starts (testenv.StartLogicalCluster), which the run restarts
+// as its Postgres fault and stops at its end.
+func (rc *runConfig) startLogical() error {
+	if rc.logicalURL != "" {
+		a, _ := dsnAddr(rc.logicalURL) // checked by run
+		if !serviceUp(a) {
+			return fmt.Errorf("%s: nothing listens on %s", testenv.LogicalURLEnv, a)
+		}
+		return nil
+	}
+	c, err := testenv.StartLogicalCluster()
+	if err != nil {
+		return err
+	}
+	rc.logical, rc.logicalURL = c, c.URL()
+	return nil
+}
+
+// serverURL returns the URL of the server a capture runs on.
+func (rc *runConfig) serverURL(capture string) string {
+	if capture == "logical" {
+		return rc.logicalURL
+	}
+	return rc.dsn
+}
+
+// restartPostgres restarts the Postgres of a capture: the shared one with
+// its cluster tool, or the private cluster by its postmaster's PID (a fast
+// shutdown, then a start on the same data directory and port).
+func (rc *runConfig) restartPostgres(ctx context.Context, capture string) error {
+	if capture == "logical" {
+		return rc.logical.Restart()
+	}
+	if err := pgctl(ctx, "restart"); err != nil {
+		return err
+	}
+	return waitUp(ctx, rc.pgAddr, time.Minute)
+}
+
+// restore starts again what a fault left down: the shared services that
+// were up when the run began, and the private cluster.
+func (rc *runConfig) restore() error {
+	var errs []error
+	if rc.logical != nil {
+		errs = append(errs, rc.logical.Start())
+	}
+	errs = append(errs, restoreServices(rc.pgWasUp, rc.natsWasUp))
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -24,7 +25,8 @@ import (
 // Logical replication needs a Postgres with wal_level = logical. The
 // shared test server does not have it (and must not be reconfigured), so
 // unless TIDE_TEST_LOGICAL_DATABASE_URL names one, LogicalURL starts a
-// private cluster, once per test binary, on a free loopback port:
+// private cluster (StartLogicalCluster), once per test binary, on a free
+// loopback port:
 //
 //	initdb -D $DIR/data -U postgres -A trust --no-sync --no-locale -E UTF8
 //	postgres -D $DIR/data -p $PORT -h 127.0.0.1 -k $DIR \
@@ -44,15 +46,14 @@ const (
 	defaultPGBin  = "/usr/lib/postgresql/15/bin"
 )
 
+// LogicalMissingHint says how to provide a Postgres with wal_level =
+// logical, for a message about one that is missing.
+const LogicalMissingHint = "set " + LogicalURLEnv + ", or install Postgres 15 at " + defaultPGBin + " or set " + PGBinEnv
+
 var cluster struct {
 	once sync.Once
-	url  string
+	c    *LogicalCluster
 	err  error
-
-	dir  string
-	proc *os.Process
-	done chan struct{} // closed when the server process has exited
-	quit chan struct{} // ends the goroutine whose thread started it
 }
 
 // LogicalURL returns the connection string of a Postgres with wal_level
@@ -65,26 +66,56 @@ func LogicalURL(t testing.TB) string {
 	if u := os.Getenv(LogicalURLEnv); u != "" {
 		return u
 	}
-	cluster.once.Do(func() { cluster.url, cluster.err = startCluster() })
+	cluster.once.Do(func() { cluster.c, cluster.err = StartLogicalCluster() })
 	if cluster.err != nil {
-		Missing(t, fmt.Sprintf("no Postgres with wal_level=logical: %v", cluster.err),
-			fmt.Sprintf("set %s, or install Postgres 15 at %s or set %s", LogicalURLEnv, defaultPGBin, PGBinEnv))
+		Missing(t, fmt.Sprintf("no Postgres with wal_level=logical: %v", cluster.err), LogicalMissingHint)
 	}
-	return cluster.url
+	return cluster.c.URL()
 }
 
 // LogicalPrivate reports whether LogicalURL's server is the private
 // cluster, which a test may reconfigure.
 func LogicalPrivate() bool { return os.Getenv(LogicalURLEnv) == "" }
 
-func startCluster() (string, error) {
+// StopLogical stops the private cluster, if one was started, and removes
+// its directory. Call it from TestMain after m.Run.
+func StopLogical() {
+	if cluster.c != nil {
+		_ = cluster.c.Close()
+	}
+}
+
+// LogicalCluster is a private Postgres cluster with wal_level = logical,
+// of its own in a temporary directory, listening on a loopback port (see
+// the package's logical.go for its commands). Tests reach one through
+// LogicalURL; a command that needs one of its own (cmd/tidefault, which
+// also restarts it as a fault) starts it with StartLogicalCluster and
+// must Close it. Its methods are safe for concurrent use.
+type LogicalCluster struct {
+	bin, dir, data string
+	cred           *syscall.Credential
+	port           int
+
+	mu   sync.Mutex
+	proc *os.Process
+	done chan struct{} // closed when the server process has exited
+	quit chan struct{} // ends the goroutine whose thread started it
+}
+
+// StartLogicalCluster creates a cluster with initdb in a new temporary
+// directory and starts its server on a free loopback port. The server
+// gets SIGQUIT from the kernel if the calling program dies before Close
+// (Pdeathsig). It fails when the Postgres binaries are missing
+// (TIDE_TEST_PG_BIN, default /usr/lib/postgresql/15/bin), or, running as
+// root, when there is no postgres OS user to run them as.
+func StartLogicalCluster() (*LogicalCluster, error) {
 	bin := os.Getenv(PGBinEnv)
 	if bin == "" {
 		bin = defaultPGBin
 	}
 	for _, p := range []string{"initdb", "postgres"} {
 		if _, err := os.Stat(filepath.Join(bin, p)); err != nil {
-			return "", fmt.Errorf("no %s: %w", p, err)
+			return nil, fmt.Errorf("no %s: %w", p, err)
 		}
 	}
 	base := "" // os.TempDir()
@@ -93,64 +124,106 @@ func startCluster() (string, error) {
 	}
 	dir, err := os.MkdirTemp(base, "tide-logrepl-")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	cluster.dir = dir
-	var cred *syscall.Credential
+	c := &LogicalCluster{bin: bin, dir: dir, data: filepath.Join(dir, "data")}
+	if err := c.create(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	var lastErr error
+	for range 3 { // a free port may be taken before the server binds it
+		if c.port, err = freePort(); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		if lastErr = c.Start(); lastErr == nil {
+			return c, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+// create runs initdb, as the postgres OS user when running as root.
+func (c *LogicalCluster) create() error {
 	if os.Geteuid() == 0 {
 		// initdb and postgres refuse to run as root: run them as the
 		// postgres OS user, in a directory it owns.
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			return "", fmt.Errorf("running as root and no postgres OS user to run the server as: %w", err)
+			return fmt.Errorf("running as root and no postgres OS user to run the server as: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return "", err
+		if err := os.Chown(c.dir, uid, gid); err != nil {
+			return err
 		}
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	data := filepath.Join(dir, "data")
 	var out bytes.Buffer
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "--no-locale", "-E", "UTF8")
-	initdb.Dir, initdb.Stdout, initdb.Stderr = dir, &out, &out
+	initdb := exec.Command(filepath.Join(c.bin, "initdb"), "-D", c.data, "-U", "postgres", "-A", "trust", "--no-sync", "--no-locale", "-E", "UTF8")
+	initdb.Dir, initdb.Stdout, initdb.Stderr = c.dir, &out, &out
 	initdb.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	if err := initdb.Run(); err != nil {
-		return "", fmt.Errorf("initdb: %w: %s", err, lastLines(out.Bytes()))
+		return fmt.Errorf("initdb: %w: %s", err, lastLines(out.Bytes()))
 	}
-
-	var lastErr error
-	for range 3 { // a free port may be taken before the server binds it
-		port, err := freePort()
-		if err != nil {
-			return "", err
-		}
-		url, err := startPostgres(bin, dir, data, port, cred)
-		if err == nil {
-			return url, nil
-		}
-		lastErr = err
-	}
-	return "", lastErr
+	return nil
 }
 
-func startPostgres(bin, dir, data string, port int, cred *syscall.Credential) (string, error) {
-	logPath := filepath.Join(dir, "postgres.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return "", err
+// URL returns the connection string of the cluster's postgres database,
+// as the superuser postgres.
+func (c *LogicalCluster) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+// Addr returns the server's host:port.
+func (c *LogicalCluster) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)) }
+
+// Dir returns the cluster's directory: the data directory "data" and the
+// server's log, "postgres.log".
+func (c *LogicalCluster) Dir() string { return c.dir }
+
+// PID returns the postmaster's process id, or 0 while it is stopped.
+func (c *LogicalCluster) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0
 	}
-	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-k", dir,
+	return c.proc.Pid
+}
+
+// Start starts the server on the cluster's data directory and port, and
+// waits (at most a minute) until it accepts connections. It does nothing
+// while the server runs.
+func (c *LogicalCluster) Start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil {
+		select {
+		case <-c.done: // it exited on its own
+			close(c.quit)
+			c.proc, c.done, c.quit = nil, nil, nil
+		default:
+			return nil
+		}
+	}
+	logPath := filepath.Join(c.dir, "postgres.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close() // the server has its own copy
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), "-D", c.data, "-p", strconv.Itoa(c.port), "-h", "127.0.0.1", "-k", c.dir,
 		"-c", "wal_level=logical", "-c", "max_wal_senders=64", "-c", "max_replication_slots=64", "-c", "max_connections=300", "-c", "fsync=off")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logFile, logFile
+	cmd.Dir, cmd.Stdout, cmd.Stderr = c.dir, logFile, logFile
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
 	// Pdeathsig is sent when the thread that started the process exits:
 	// the process is started from a goroutine locked to its thread, which
-	// lives until stopCluster, so the server dies with the test binary.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
+	// lives until Stop, so the server dies with the program.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT}
 	started := make(chan error, 1)
 	done := make(chan struct{})
 	quit := make(chan struct{})
@@ -165,9 +238,9 @@ func startPostgres(bin, dir, data string, port int, cred *syscall.Credential) (s
 		<-quit
 	}()
 	if err := <-started; err != nil {
-		return "", fmt.Errorf("postgres: %w", err)
+		return fmt.Errorf("postgres: %w", err)
 	}
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	url := c.URL()
 	// Wait until it accepts connections, or exits.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -176,41 +249,64 @@ func startPostgres(bin, dir, data string, port int, cred *syscall.Credential) (s
 		cancel()
 		if err == nil {
 			_ = conn.Close(context.Background())
-			cluster.proc, cluster.done, cluster.quit = cmd.Process, done, quit
-			return url, nil
+			c.proc, c.done, c.quit = cmd.Process, done, quit
+			return nil
 		}
 		select {
 		case <-done:
 			close(quit)
 			log, _ := os.ReadFile(logPath)
-			return "", fmt.Errorf("postgres exited: %s", lastLines(log))
+			return fmt.Errorf("postgres exited: %s", lastLines(log))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-done
 			close(quit)
-			return "", fmt.Errorf("postgres did not accept connections in 60 s: %v", err)
+			return fmt.Errorf("postgres did not accept connections in 60 s: %v", err)
 		}
 	}
 }
 
-// StopLogical stops the private cluster, if one was started, and removes
-// its directory. Call it from TestMain after m.Run.
-func StopLogical() {
-	if cluster.proc != nil {
-		_ = cluster.proc.Signal(syscall.SIGINT) // fast shutdown
-		select {
-		case <-cluster.done:
-		case <-time.After(30 * time.Second):
-			_ = cluster.proc.Signal(syscall.SIGQUIT)
-			<-cluster.done
-		}
-		close(cluster.quit)
+// Stop stops the server by its PID with SIGINT (a fast shutdown: open
+// transactions roll back, sessions end, the data directory is left
+// consistent), or SIGQUIT if it has not exited in 30 s, and waits for it
+// to exit. It does nothing while the server is stopped.
+func (c *LogicalCluster) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return nil
 	}
-	if cluster.dir != "" {
-		_ = os.RemoveAll(cluster.dir)
+	var err error
+	if e := c.proc.Signal(syscall.SIGINT); e != nil && !errors.Is(e, os.ErrProcessDone) {
+		err = e
 	}
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		_ = c.proc.Signal(syscall.SIGQUIT)
+		<-c.done
+		err = errors.New("postgres did not stop within 30 s of SIGINT; sent SIGQUIT")
+	}
+	close(c.quit)
+	c.proc, c.done, c.quit = nil, nil, nil
+	return err
+}
+
+// Restart stops the server (Stop) and starts it again on the same data
+// directory and port (Start).
+func (c *LogicalCluster) Restart() error {
+	if err := c.Stop(); err != nil {
+		return err
+	}
+	return c.Start()
+}
+
+// Close stops the server (Stop) and removes the cluster's directory.
+func (c *LogicalCluster) Close() error {
+	err := c.Stop()
+	return errors.Join(err, os.RemoveAll(c.dir))
 }
 
 func freePort() (int, error) {
