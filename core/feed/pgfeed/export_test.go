@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidesync/tide/core/feed"
+	"github.com/tidesync/tide/core/feed/pgfeed/logrepl"
 )
 
 // Broken returns opts with the deliberately unsound capture: positions are
@@ -15,6 +16,23 @@ import (
 // The torture test shows that its checks catch it.
 func Broken(opts Options) Options {
 	opts.brokenCapture = true
+	return opts
+}
+
+// LogicalTuning returns opts with tune applied to the logical capture
+// consumer's configuration.
+func LogicalTuning(opts Options, tune func(*logrepl.Config)) Options {
+	opts.tuneLogical = tune
+	return opts
+}
+
+// LogicalFault returns opts with fault called by the logical capture
+// before ("commit") and after ("committed") each batch's local commit,
+// with the changes the batch wrote: an error it returns fails the batch
+// there, as a crash would. With rewrite, the capture writes again what it
+// wrote before instead of skipping it.
+func LogicalFault(opts Options, fault func(stage string, changes int) error, rewrite bool) Options {
+	opts.logicalFault, opts.logicalRewrite = fault, rewrite
 	return opts
 }
 

@@ -261,16 +261,18 @@ func (lp *logicalPlan) same(a, b []any) bool {
 	return true
 }
 
-// consumerState is the consumer's view of the transaction it is writing,
-// across the pieces of a large one.
+// consumerState is the consumer's view of the local transaction it is
+// writing, across batches while a transaction arrives in pieces.
 type consumerState struct {
 	plans map[string][]*logicalPlan // by "schema.table"
-	tx    pgx.Tx                    // the local transaction, between pieces
-	skip  bool                      // the transaction was written before
-	ord   int                       // the changes written so far
-	// origin is the latest origin the transaction emitted; written is
-	// the origin the rows written so far carry, and mixed says whether
-	// some carry another.
+	tx    pgx.Tx                    // the local transaction, between batches
+	ord   int                       // the changes written in it so far
+	// Of the replicated transaction being written: skip says it was
+	// written before, first is its first change's ord, origin the latest
+	// origin it emitted, written the origin its rows so far carry, and
+	// mixed whether some carry another.
+	skip            bool
+	first           int
 	origin, written string
 	mixed           bool
 }
@@ -307,19 +309,24 @@ WHERE a.attrelid = $1::regclass AND a.attname = $2 AND NOT a.attisdropped`, p.ta
 }
 
 // consume runs one term of the logical capture on conn, which holds the
-// sequencer role's lock: the slot's consumer, writing each transaction
-// into the change log, until the stream or a write fails or ctx ends.
+// sequencer role's lock: the slot's consumer, writing the transactions
+// into the change log a batch at a time, until the stream or a write fails
+// or ctx ends.
 func (f *Feed) consume(ctx context.Context, conn *pgx.Conn) error {
 	plans, err := f.logicalPlans(ctx, conn)
 	if err != nil {
 		return err
 	}
-	c, err := logrepl.NewConsumer(logrepl.Config{
+	cfg := logrepl.Config{
 		ConnString:  f.pool.Config().ConnString(),
 		Slot:        f.opts.Slot,
 		Publication: f.publication(),
 		Messages:    true,
-	})
+	}
+	if f.opts.tuneLogical != nil {
+		f.opts.tuneLogical(&cfg)
+	}
+	c, err := logrepl.NewConsumer(cfg)
 	if err != nil {
 		return err
 	}
@@ -329,73 +336,96 @@ func (f *Feed) consume(ctx context.Context, conn *pgx.Conn) error {
 			_ = st.tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	return c.Run(ctx, func(ctx context.Context, tx *logrepl.Tx) error {
-		return f.consumeTx(ctx, conn, st, tx)
+	return c.RunBatches(ctx, func(ctx context.Context, txs []*logrepl.Tx) error {
+		return f.consumeBatch(ctx, conn, st, txs)
 	})
 }
 
-// consumeTx writes one transaction, or piece of one, into the change log.
-// The first piece begins a local transaction; the last gives the changes
-// their positions (a tick), records the transaction's end and commits, so
-// the consumer confirms the slot's position only after the changes are
-// durably logged. A transaction that ended at or before the recorded end
-// was written before (the slot delivers at least once) and is skipped.
-func (f *Feed) consumeTx(ctx context.Context, conn *pgx.Conn, st *consumerState, tx *logrepl.Tx) error {
-	if tx.Part == 0 {
-		if st.tx != nil {
-			_ = st.tx.Rollback(ctx)
-		}
+// consumeBatch writes a batch of transactions into the change log, in one
+// local transaction: one commit, one tick giving all their changes
+// positions in commit order (a commit group of several whole
+// transactions), one record of the end of the last. The consumer confirms
+// the slot's position only after that commit, so what it confirms is
+// durably logged. A transaction that arrives in pieces keeps the local
+// transaction open until the batch holding its last piece. A transaction
+// written before (the slot delivers at least once) is skipped: it ended
+// at or below the recorded end, or (committed while Migrate switched its
+// table from the trigger) the trigger logged it under its own id.
+func (f *Feed) consumeBatch(ctx context.Context, conn *pgx.Conn, st *consumerState, txs []*logrepl.Tx) error {
+	if st.tx == nil {
 		ltx, err := conn.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		st.tx, st.skip, st.ord, st.origin, st.written, st.mixed = ltx, false, 0, "", "", false
-		// Written before: its commit is below the recorded end, or (a
-		// transaction committed while Migrate switched the table from
-		// the trigger) the trigger logged it under its own id, the
-		// server's 32-bit id in the epoch of the consumer's (it committed
-		// before the consumer's transaction began).
-		var done bool
-		if err := ltx.QueryRow(ctx, `SELECT `+f.n.stepFn+`() IS NOT NULL AND (
-  (SELECT s.lsn FROM `+f.n.logicalState+` s FOR UPDATE) > $1::text::pg_lsn
-  OR EXISTS (SELECT 1 FROM `+f.n.changes+` c, (SELECT pg_catalog.pg_current_xact_id()::text::bigint AS cur) x
-    WHERE c.xid = (CASE WHEN (x.cur & -4294967296) + $2 > x.cur THEN (x.cur & -4294967296) + $2 - 4294967296
-      ELSE (x.cur & -4294967296) + $2 END)::text::xid8))`,
-			logrepl.FormatLSN(tx.CommitLSN), int64(tx.XID)).Scan(&done); err != nil {
+		st.tx, st.ord = ltx, 0
+		// The step lock, and the recorded end locked.
+		if _, err := ltx.Exec(ctx, `SELECT `+f.n.stepFn+`() FROM `+f.n.logicalState+` s FOR UPDATE OF s`); err != nil {
 			return err
 		}
-		st.skip = done
 	}
-	if st.skip {
-		if !tx.More {
-			_ = st.tx.Rollback(ctx)
-			st.tx = nil
-			f.logicalSkipped.Add(1)
-		}
-		return nil
-	}
-	for _, m := range tx.Messages {
-		if m.Prefix == originPrefix {
-			st.origin = string(m.Content)
+	// Which of the transactions that begin here were written before: the
+	// trigger's ids are the server's 32-bit ids in the epoch of the local
+	// transaction's (they committed before it began).
+	var xids []int64
+	var commits []string
+	for _, tx := range txs {
+		if tx.Part == 0 {
+			xids = append(xids, int64(tx.XID))
+			commits = append(commits, logrepl.FormatLSN(tx.CommitLSN))
 		}
 	}
-	if st.ord > 0 && st.origin != st.written {
-		st.mixed = true
+	var done []bool
+	if len(xids) > 0 {
+		if err := st.tx.QueryRow(ctx, `SELECT pg_catalog.array_agg(s.lsn > t.c OR EXISTS (SELECT 1 FROM `+f.n.changes+` ch
+    WHERE ch.xid = (CASE WHEN (x.cur & -4294967296) + t.x > x.cur THEN (x.cur & -4294967296) + t.x - 4294967296
+      ELSE (x.cur & -4294967296) + t.x END)::text::xid8) ORDER BY t.i)
+FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_lsn[])) WITH ORDINALITY AS t(x, c, i),
+  `+f.n.logicalState+` s, (SELECT pg_catalog.pg_current_xact_id()::text::bigint AS cur) x`, xids, commits).Scan(&done); err != nil {
+			return err
+		}
+		if len(done) != len(xids) {
+			return fmt.Errorf("pgfeed: logical capture: %d answers for %d transactions", len(done), len(xids))
+		}
 	}
-	st.written = st.origin
 	b := &pgx.Batch{}
-	for _, ch := range tx.Changes {
-		if err := f.queueChange(b, st, ch); err != nil {
-			return err
+	var end uint64 // the end of the batch's last whole transaction
+	for _, tx := range txs {
+		if tx.Part == 0 {
+			st.skip, done = done[0] && !f.opts.logicalRewrite, done[1:]
+			st.first, st.origin, st.written, st.mixed = st.ord, "", "", false
 		}
-	}
-	if !tx.More {
-		if st.mixed {
+		if !tx.More {
+			end = tx.EndLSN
+		}
+		if st.skip {
+			if !tx.More {
+				f.logicalSkipped.Add(1)
+			}
+			continue
+		}
+		for _, m := range tx.Messages {
+			if m.Prefix == originPrefix {
+				st.origin = string(m.Content)
+			}
+		}
+		if st.ord > st.first && st.origin != st.written {
+			st.mixed = true
+		}
+		st.written = st.origin
+		for _, ch := range tx.Changes {
+			if err := f.queueChange(b, st, ch); err != nil {
+				return err
+			}
+		}
+		if !tx.More && st.mixed {
 			// The transaction named its origin after some of its rows were
 			// written: the last one named is the transaction's, as the
 			// trigger reads it at commit.
-			b.Queue(`UPDATE `+f.n.changes+` SET origin = $1 WHERE xid = pg_catalog.pg_current_xact_id()`, nullText(st.origin))
+			b.Queue(`UPDATE `+f.n.changes+` SET origin = $1 WHERE xid = pg_catalog.pg_current_xact_id() AND ord >= $2`, nullText(st.origin), st.first)
 		}
+	}
+	more := txs[len(txs)-1].More
+	if !more {
 		if st.ord > 0 {
 			b.Queue(`INSERT INTO `+f.n.ticks+` (pos, next, xids, firsts, snap)
 SELECT h.head + 1, h.head + 1 + $1, ARRAY[pg_catalog.pg_current_xact_id()], ARRAY[h.head + 1],
@@ -407,20 +437,30 @@ FROM (SELECT greatest(
   (SELECT pg_catalog.pg_current_xact_id()::text::bigint + 1 AS x) x`, st.ord)
 			b.Queue(`SELECT pg_catalog.pg_notify($1, '')`, f.n.channel)
 		}
-		b.Queue(`UPDATE `+f.n.logicalState+` SET lsn = $1::text::pg_lsn, updated_at = pg_catalog.now() WHERE id = 1`, logrepl.FormatLSN(tx.EndLSN))
+		b.Queue(`UPDATE `+f.n.logicalState+` SET lsn = greatest(lsn, $1::text::pg_lsn), updated_at = pg_catalog.now() WHERE id = 1`, logrepl.FormatLSN(end))
 	}
 	if b.Len() > 0 {
 		if err := st.tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 	}
-	if tx.More {
+	if more {
 		return nil
+	}
+	if fault := f.opts.logicalFault; fault != nil {
+		if err := fault("commit", st.ord); err != nil {
+			return err
+		}
 	}
 	err := st.tx.Commit(ctx)
 	st.tx = nil
 	if err != nil {
 		return err
+	}
+	if fault := f.opts.logicalFault; fault != nil {
+		if err := fault("committed", st.ord); err != nil {
+			return err
+		}
 	}
 	if st.ord > 0 {
 		f.sequencerSteps.Add(1)

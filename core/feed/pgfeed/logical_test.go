@@ -27,7 +27,8 @@ import (
 // for random rows of every column type, updates in place and across
 // scopes, deletes, several changes to a row in one transaction, an
 // unchanged TOASTed value, origins set and changed mid-transaction, a
-// rolled-back savepoint and a rolled-back transaction.
+// rolled-back savepoint and a rolled-back transaction. Its commit groups
+// may join whole transactions, never split one.
 func TestLogicalRowsMatchTrigger(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(seedOf(t), 2))
@@ -135,44 +136,68 @@ func TestLogicalRowsMatchTrigger(t *testing.T) {
 	exec2(t, pool, "UPDATE mixed SET t = 'toast kept' WHERE big_blob IS NOT NULL AND i2 < 10")
 	exec2(t, pool, "UPDATE mixed SET i2 = i2 + 20 WHERE big_blob IS NOT NULL")
 
-	read := func(f *pgfeed.Feed) []string {
+	// read returns the log's changes in position order, each with its
+	// commit group's id and its position.
+	type logged struct {
+		change string
+		group  string
+		pos    int64
+	}
+	read := func(f *pgfeed.Feed) []logged {
 		t.Helper()
 		head(t, f)
 		rs, err := pool.Query(ctx, `SELECT c.resource, c.op, c.key, c.scope::text, coalesce(c.data::text, '-'), coalesce(c.origin, '-'), coalesce(c.prev::text, '-'),
-  c.pos - min(c.pos) OVER (PARTITION BY c.xid)
+  c.xid::text, c.pos
 FROM `+f.LogSQL()+` ORDER BY c.pos`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []string
+		var out []logged
 		for rs.Next() {
 			var res, key, scope, data, origin, prev string
 			var op int16
-			var ord int64
-			if err := rs.Scan(&res, &op, &key, &scope, &data, &origin, &prev, &ord); err != nil {
+			var l logged
+			if err := rs.Scan(&res, &op, &key, &scope, &data, &origin, &prev, &l.group, &l.pos); err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, strings.Join([]string{res, strconv.Itoa(int(op)), key, scope, data, origin, prev, strconv.FormatInt(ord, 10)}, "|"))
+			l.change = strings.Join([]string{res, strconv.Itoa(int(op)), key, scope, data, origin, prev}, "|")
+			out = append(out, l)
 		}
 		if rs.Err() != nil {
 			t.Fatal(rs.Err())
 		}
 		return out
 	}
-	want, got := read(trig), read(logi)
+	trigLog, logiLog := read(trig), read(logi)
+	var want []string
+	for _, l := range trigLog {
+		want = append(want, l.change)
+	}
 	if len(want) < rows {
 		t.Fatalf("the trigger logged %d changes, want at least %d", len(want), rows)
 	}
-	for i := range max(len(want), len(got)) {
+	for i := range max(len(trigLog), len(logiLog)) {
 		var w, g string
-		if i < len(want) {
-			w = want[i]
+		if i < len(trigLog) {
+			w = trigLog[i].change
 		}
-		if i < len(got) {
-			g = got[i]
+		if i < len(logiLog) {
+			g = logiLog[i].change
 		}
 		if w != g {
-			t.Fatalf("change %d of %d/%d differs:\ntrigger %s\nlogical %s", i, len(want), len(got), w, g)
+			t.Fatalf("change %d of %d/%d differs:\ntrigger %s\nlogical %s", i, len(trigLog), len(logiLog), w, g)
+		}
+	}
+	// The trigger's groups are its transactions. The logical capture may
+	// put several whole transactions in one group (a batch), never part
+	// of one: each of its group boundaries is a transaction's. A group's
+	// positions are contiguous.
+	for i := 1; i < len(logiLog); i++ {
+		if logiLog[i].group != logiLog[i-1].group && trigLog[i].group == trigLog[i-1].group {
+			t.Fatalf("the logical capture split a transaction between changes %d and %d:\n%s\n%s", i-1, i, logiLog[i-1].change, logiLog[i].change)
+		}
+		if logiLog[i].group == logiLog[i-1].group && logiLog[i].pos != logiLog[i-1].pos+1 {
+			t.Fatalf("changes %d and %d of one group at positions %d and %d", i-1, i, logiLog[i-1].pos, logiLog[i].pos)
 		}
 	}
 	var origins, prevs, moves int
@@ -275,5 +300,78 @@ func TestSwitchToLogical(t *testing.T) {
 	}
 	if st := f2.Stats(); st.Sequenced == 0 {
 		t.Fatalf("the logical capture wrote nothing: %+v", st)
+	}
+}
+
+// TestLogicalBatchesSurviveCrash: the logical capture's consumer fails a
+// batch of concurrent writers' transactions before its local commit, and
+// a later one after it, before the slot has confirmed it, as a crash
+// would; the next term receives each batch again and logs every write
+// exactly once. Sabotaged to write again what it wrote before, the capture
+// logs duplicates, and the check finds them.
+func TestLogicalBatchesSurviveCrash(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		rewrite bool
+	}{{"sound", false}, {"sabotaged", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var failed [2]atomic.Bool // before the commit, after it
+			fault := func(stage string, changes int) error {
+				switch {
+				case changes == 0:
+				case stage == "commit" && failed[0].CompareAndSwap(false, true):
+					return errors.New("fault before the batch's commit")
+				case stage == "committed" && failed[0].Load() && failed[1].CompareAndSwap(false, true):
+					return errors.New("fault after the batch's commit")
+				}
+				return nil
+			}
+			pool, name := testenv.LogicalSchema(t, nil)
+			ctx := testCtx(t)
+			opts := pgfeed.LogicalFault(pgfeed.Options{Capture: pgfeed.CaptureLogical}, fault, tc.rewrite)
+			f := newFeedOn(t, pool, name, opts, feedtest.Items)
+			f.StartSequencer()
+			const writers, each = 8, 25
+			errs := make(chan error, writers)
+			for w := range writers {
+				go func() {
+					for i := range each {
+						if _, err := pool.Exec(ctx, "INSERT INTO feedtest_items (id, tenant, grp, title, n, done) VALUES ($1, 't1', 1, 'x', 0, false)", fmt.Sprintf("w%d-%02d", w, i)); err != nil {
+							errs <- err
+							return
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range writers {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			head(t, f)
+			if !failed[0].Load() || !failed[1].Load() {
+				t.Fatalf("the faults did not both fire (before the commit %v, after it %v)", failed[0].Load(), failed[1].Load())
+			}
+			// The batch failed after its commit is logged: head may pass
+			// before the next term receives it again. A write after it is
+			// logged only after that.
+			insertItem(t, pool, "last", "t1", 1)
+			h := head(t, f)
+			var n, keys int
+			if err := pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT c.key) FROM "+f.LogSQL()+" WHERE c.resource = 'items'").Scan(&n, &keys); err != nil {
+				t.Fatal(err)
+			}
+			lost := n != writers*each+1 || keys != writers*each+1
+			if lost != tc.rewrite {
+				t.Fatalf("%d changes of %d keys logged up to %d for %d writes (rewrite sabotage %v)", n, keys, h, writers*each+1, tc.rewrite)
+			}
+			if st := f.Stats(); !tc.rewrite && st.LogicalSkipped == 0 {
+				t.Fatalf("no transaction was received again and skipped: %+v", st)
+			}
+			t.Logf("%d changes of %d keys for %d writes; %d received again and skipped", n, keys, writers*each+1, f.Stats().LogicalSkipped)
+		})
 	}
 }

@@ -109,6 +109,18 @@ type Options struct {
 	// itself; no step runs) so tests can show that they detect it. Set
 	// only from export_test.go.
 	brokenCapture bool
+	// tuneLogical, set only from export_test.go, adjusts the logical
+	// capture consumer's configuration (its batch bounds).
+	tuneLogical func(*logrepl.Config)
+	// logicalFault, set only from export_test.go, is called by the
+	// logical capture before ("commit") and after ("committed") each
+	// batch's local commit, with the changes the batch wrote; an error it
+	// returns fails the batch there.
+	logicalFault func(stage string, changes int) error
+	// logicalRewrite, set only from export_test.go, makes the logical
+	// capture write again what it wrote before (no skip): the unsound
+	// capture its crash test must catch.
+	logicalRewrite bool
 }
 
 // withDefaults returns o with zero values replaced by their defaults.

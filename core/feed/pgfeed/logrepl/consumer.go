@@ -52,6 +52,16 @@ type Config struct {
 	// transaction arrives in pieces. Only a piece of one change larger than
 	// the limit passes it.
 	MaxPieceBytes int
+
+	// MaxBatchChanges is the most changes RunBatches gathers into one
+	// batch (zero means 4,096); a transaction is never split to respect
+	// it, so a batch of one transaction may hold more.
+	MaxBatchChanges int
+	// BatchWait is the longest RunBatches holds a transaction back to
+	// gather more into its batch (zero means 5 ms). A batch is handed
+	// over sooner when the server says it has sent everything committed
+	// (its keepalive) or the batch is full.
+	BatchWait time.Duration
 }
 
 // Defaults of Config's optional fields.
@@ -59,6 +69,8 @@ const (
 	DefaultStatusInterval  = 10 * time.Second
 	DefaultMaxPieceChanges = 10_000
 	DefaultMaxPieceBytes   = 32 << 20
+	DefaultMaxBatchChanges = 4096
+	DefaultBatchWait       = 5 * time.Millisecond
 )
 
 // WithDefaults returns c with every zero optional field set to its
@@ -72,6 +84,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxPieceBytes <= 0 {
 		c.MaxPieceBytes = DefaultMaxPieceBytes
+	}
+	if c.MaxBatchChanges <= 0 {
+		c.MaxBatchChanges = DefaultMaxBatchChanges
+	}
+	if c.BatchWait <= 0 {
+		c.BatchWait = DefaultBatchWait
 	}
 	return c
 }
@@ -98,6 +116,18 @@ func (c Config) validate() error {
 // Run then returns an error, and nothing is lost.
 type Handler func(ctx context.Context, tx *Tx) error
 
+// BatchHandler receives transactions in commit order, several at a time
+// (see RunBatches). It returns nil once it has durably taken every Tx of
+// the batch: only then may the consumer confirm their positions. An error
+// stops RunBatches, which returns it; the whole batch comes again on the
+// next run (possibly gathered differently).
+//
+// A batch holds whole transactions, except that a transaction that
+// arrives in pieces (Tx.More) ends a batch with each piece but its last,
+// so its next piece begins the next batch. The slice and its Txs belong
+// to the handler. It runs on the stream's goroutine, as a Handler does.
+type BatchHandler func(ctx context.Context, txs []*Tx) error
+
 // Consumer streams committed transactions from a logical replication slot
 // to a Handler (see Run). Its methods are safe for concurrent use; Run
 // runs once at a time.
@@ -122,6 +152,9 @@ type Consumer struct {
 	// onKeepalive, set by tests, sees the confirmed position after each
 	// keepalive.
 	onKeepalive func(confirmed uint64)
+	// grace is keepaliveGrace; tests lengthen it so that only a batch's
+	// bounds cut it.
+	grace time.Duration
 }
 
 // NewConsumer checks cfg and returns a Consumer. It does no I/O.
@@ -145,7 +178,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if pc.RuntimeParams["application_name"] == "" {
 		pc.RuntimeParams["application_name"] = "tide logrepl " + cfg.Slot
 	}
-	return &Consumer{cfg: cfg, conn: pc, db: db}, nil
+	return &Consumer{cfg: cfg, conn: pc, db: db, grace: keepaliveGrace}, nil
 }
 
 // Run streams the slot's transactions to h until ctx ends, h returns an
@@ -162,6 +195,24 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // ErrSilent, ErrBusy when this Consumer's Run already runs, or h's error
 // wrapped ("handler: ..."), or a connection error.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
+	return c.run(ctx, func(ctx context.Context, txs []*Tx) error { return h(ctx, txs[0]) }, false)
+}
+
+// RunBatches is Run with a handler that takes several transactions at a
+// time: while transactions keep arriving, the consumer gathers them, up
+// to Config.MaxBatchChanges changes or Config.BatchWait after the first,
+// and hands them over together once the server has sent everything it
+// has or either bound is reached. A handler that writes each batch in one
+// local transaction pays one commit for many, so it keeps up with more
+// writers than Run's one commit per transaction. It delivers and confirms
+// as Run does, a batch at a time, and returns the same errors.
+func (c *Consumer) RunBatches(ctx context.Context, h BatchHandler) error {
+	return c.run(ctx, h, true)
+}
+
+// run is Run, handing over one transaction (or piece) at a time, or
+// RunBatches when batched.
+func (c *Consumer) run(ctx context.Context, h BatchHandler, batched bool) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return &Error{Code: CodeBusy, Msg: "Run is already running for slot " + c.cfg.Slot}
 	}
@@ -182,7 +233,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	}
 	c.confirmed.Store(start)
 	c.flushed.Store(start)
-	return c.stream(ctx, conn, h, start)
+	return c.stream(ctx, conn, h, batched, start)
 }
 
 // begin checks the server and the slot and starts the stream at the slot's
@@ -236,16 +287,34 @@ FROM pg_catalog.pg_replication_slots WHERE slot_name = '`+c.cfg.Slot+`'`).ReadAl
 	return uint64(start), nil
 }
 
-// stream reads the stream from start until it ends.
-func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, start uint64) error {
+// keepaliveGrace is how long a batch waits for more transactions after
+// the server said it had sent everything committed: commits that land
+// meanwhile join it rather than wait for the next.
+const keepaliveGrace = time.Millisecond
+
+// pending is the batch being gathered.
+type pending struct {
+	txs     []*Tx
+	changes int
+	due     time.Time // when it is handed over at the latest
+	// sent is a position the server said it had sent every commit below,
+	// told while no transaction was open: confirmed once the batch is
+	// taken. Zero if none.
+	sent uint64
+}
+
+// stream reads the stream from start until it ends, handing h a batch at
+// a time (a transaction, or piece, at a time unless batched).
+func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h BatchHandler, batched bool, start uint64) error {
 	asm := newAssembler(c.cfg.MaxPieceChanges, c.cfg.MaxPieceBytes)
 	confirmed := start
 	interval := c.cfg.StatusInterval
+	var b pending
 
 	// Receiving a message must cost little, so no context is watched per
 	// message: the end of ctx moves the socket's read deadline into the
 	// past, and the deadline otherwise wakes the loop when a status report
-	// is due.
+	// or the batch is due.
 	nc := conn.Conn()
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -257,10 +326,43 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 	// fail ends the stream in order (the connection still works) and
 	// returns err.
 	fail := func(err error) error { return c.end(conn, confirmed, err) }
+	// flush hands the batch to h and confirms what it took.
+	flush := func() error {
+		err := h(ctx, b.txs)
+		// The stream was not read while the handler ran: its silence is
+		// not the server's.
+		now = time.Now()
+		heard = now
+		if err != nil {
+			if c.crash {
+				return fmt.Errorf("handler: %w", err)
+			}
+			return fail(fmt.Errorf("handler: %w", err))
+		}
+		c.changes.Add(uint64(b.changes))
+		for _, tx := range b.txs {
+			if tx.More {
+				continue
+			}
+			c.transactions.Add(1)
+			c.lastCommit.Store(tx.CommitTime.UnixNano())
+			confirmed = max(confirmed, tx.EndLSN)
+		}
+		if !asm.inTx {
+			confirmed = max(confirmed, b.sent)
+		}
+		c.confirmed.Store(confirmed)
+		b = pending{}
+		return nil
+	}
 	var deadline time.Time
 	for {
-		if !deadline.Equal(nextStatus) {
-			deadline = nextStatus
+		want := nextStatus
+		if len(b.txs) > 0 && b.due.Before(want) {
+			want = b.due
+		}
+		if !deadline.Equal(want) {
+			deadline = want
 			if err := nc.SetReadDeadline(deadline); err != nil {
 				return fmt.Errorf("logrepl: %w", err)
 			}
@@ -277,6 +379,14 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 			var ne net.Error
 			if !errors.As(err, &ne) || !ne.Timeout() {
 				return fmt.Errorf("logrepl: replication stream: %w", err)
+			}
+			if len(b.txs) > 0 && !now.Before(b.due) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			if now.Before(nextStatus) {
+				continue
 			}
 			if now.Sub(heard) >= 3*interval {
 				return &Error{Code: CodeSilent, Msg: fmt.Sprintf("nothing from the server for %s", now.Sub(heard).Round(time.Second))}
@@ -301,16 +411,27 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 				if err != nil {
 					return fail(malformed("keepalive: %v", err))
 				}
-				if end := uint64(k.ServerWALEnd); end > c.walEnd.Load() {
+				end := uint64(k.ServerWALEnd)
+				if end > c.walEnd.Load() {
 					c.walEnd.Store(end)
 				}
 				// Outside a transaction, everything the server sent before
-				// this keepalive has been accepted, and the server sent
-				// every commit below its WAL end: the slot may move there,
-				// releasing WAL that holds nothing for this publication.
-				if !asm.inTx && uint64(k.ServerWALEnd) > confirmed {
-					confirmed = uint64(k.ServerWALEnd)
-					c.confirmed.Store(confirmed)
+				// this keepalive has been handed over or is in the batch,
+				// and the server sent every commit below its WAL end: the
+				// slot may move there once the batch is taken, releasing
+				// WAL that holds nothing for this publication. The server
+				// has nothing more for now: the batch goes after a short
+				// grace.
+				if !asm.inTx && end > confirmed {
+					if len(b.txs) == 0 {
+						confirmed = end
+						c.confirmed.Store(confirmed)
+					} else {
+						b.sent = max(b.sent, end)
+					}
+				}
+				if len(b.txs) > 0 && now.Add(c.grace).Before(b.due) {
+					b.due = now.Add(c.grace)
 				}
 				if c.onKeepalive != nil {
 					c.onKeepalive(confirmed)
@@ -334,31 +455,24 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h Handler, s
 					return fail(err)
 				}
 				if end > confirmed {
-					confirmed = end
-					c.confirmed.Store(confirmed)
+					// A transaction with nothing to hand over: confirmed
+					// now if nothing waits in the batch, else with it.
+					if len(b.txs) == 0 {
+						confirmed = end
+						c.confirmed.Store(confirmed)
+					} else {
+						b.sent = max(b.sent, end)
+					}
 				}
 				if piece != nil {
-					n := len(piece.Changes)
-					last := !piece.More
-					endLSN, commitTime := piece.EndLSN, piece.CommitTime
-					err := h(ctx, piece)
-					// The stream was not read while the handler ran: its
-					// silence is not the server's.
-					now = time.Now()
-					heard = now
-					if err != nil {
-						if c.crash {
-							return fmt.Errorf("handler: %w", err)
-						}
-						return fail(fmt.Errorf("handler: %w", err))
+					if len(b.txs) == 0 {
+						b.due = now.Add(c.cfg.BatchWait)
 					}
-					c.changes.Add(uint64(n))
-					if last {
-						c.transactions.Add(1)
-						c.lastCommit.Store(commitTime.UnixNano())
-						if endLSN > confirmed {
-							confirmed = endLSN
-							c.confirmed.Store(confirmed)
+					b.txs = append(b.txs, piece)
+					b.changes += len(piece.Changes)
+					if !batched || piece.More || b.changes >= c.cfg.MaxBatchChanges {
+						if err := flush(); err != nil {
+							return err
 						}
 					}
 				}

@@ -637,3 +637,109 @@ func TestSlotLost(t *testing.T) {
 		t.Fatalf("EnsureSlot after the drop: %v, %v", created, err)
 	}
 }
+
+// RunBatches gathers whole transactions in commit order until a batch
+// holds MaxBatchChanges changes (here with no time bound, so that only
+// that cuts a batch), ends a batch with each piece of a split transaction
+// but its last, and after a handler error delivers the whole failed batch
+// again, the split transaction from its first piece.
+func TestBatches(t *testing.T) {
+	e := newEnv(t)
+	e.exec("CREATE TABLE a (id int PRIMARY KEY)")
+	e.setup("a")
+	id := 0
+	insert := func(rows int) {
+		e.exec(fmt.Sprintf("INSERT INTO a SELECT generate_series(%d, %d)", id+1, id+rows))
+		id += rows
+	}
+	for range 7 {
+		insert(1)
+	}
+	insert(4) // the batch reaches 11 changes
+	for range 9 {
+		insert(1)
+	}
+	insert(25) // pieces of 10, 10 and 5
+	insert(5)
+	insert(1) // waits: its batch is not full
+
+	tune := func(c *Config) {
+		c.MaxBatchChanges, c.MaxPieceChanges, c.BatchWait = 10, 10, hang
+	}
+	// show writes a batch as its transactions' sizes, a piece as
+	// "size/part+" ("+" when more follow).
+	show := func(txs []*Tx) string {
+		var out []string
+		for _, tx := range txs {
+			s := fmt.Sprint(len(tx.Changes))
+			if tx.Part > 0 || tx.More {
+				s += fmt.Sprintf("/%d", tx.Part)
+			}
+			if tx.More {
+				s += "+"
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, " ")
+	}
+	batches := make(chan string, 100)
+	var last []*Tx
+	failed := errors.New("fail the batch after the split transaction")
+	c := e.consumer(tune)
+	c.grace = hang
+	r := e.startBatches(c, func(_ context.Context, txs []*Tx) error {
+		if len(txs) > 0 && txs[0].Part == 2 {
+			return failed
+		}
+		last = txs
+		batches <- show(txs)
+		return nil
+	})
+	if err := r.wait(); !errors.Is(err, failed) {
+		t.Fatalf("RunBatches: %v; want the handler's error", err)
+	}
+	close(batches)
+	var got []string
+	for b := range batches {
+		got = append(got, b)
+	}
+	if want := []string{"1 1 1 1 1 1 1 4", "1 1 1 1 1 1 1 1 1 10/0+", "10/1+"}; !equal(got, want) {
+		t.Fatalf("batches %q, want %q", got, want)
+	}
+	// 17 whole transactions taken (ids 1..20) and two pieces of the split
+	// one, whose position is not confirmed.
+	f, err := c.Figures(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Transactions != 17 || f.Changes != 40 || f.Confirmed != f.Flushed || f.Confirmed >= last[0].CommitLSN {
+		t.Fatalf("figures after the failure: %+v (the split transaction commits at %s)", f, FormatLSN(last[0].CommitLSN))
+	}
+
+	// Again, from the split transaction's first piece; the last insert
+	// comes with a time bound.
+	batches = make(chan string, 100)
+	c = e.consumer(func(c *Config) { tune(c); c.BatchWait = time.Millisecond })
+	c.grace = hang
+	var ids []string
+	e.startBatches(c, func(_ context.Context, txs []*Tx) error {
+		for _, tx := range txs {
+			ids = append(ids, showTx(tx)[0])
+		}
+		batches <- show(txs)
+		return nil
+	})
+	for _, want := range []string{"10/0+", "10/1+", "5/2 5", "1"} {
+		select {
+		case got := <-batches:
+			if got != want {
+				t.Fatalf("batch %q after the restart, want %q (so far %q)", got, want, ids)
+			}
+		case <-time.After(hang):
+			t.Fatalf("no batch %q in %s", want, hang)
+		}
+	}
+	if want := []string{"insert a id=21", "insert a id=31", "insert a id=41", "insert a id=46", "insert a id=51"}; !equal(ids, want) {
+		t.Fatalf("first changes %q, want %q", ids, want)
+	}
+}

@@ -155,13 +155,27 @@ type runner struct {
 // every Tx and hands it to next.
 func (e *env) start(c *Consumer, h Handler) *runner {
 	e.t.Helper()
+	return e.run(func(ctx context.Context, r *runner) error {
+		if h == nil {
+			h = func(_ context.Context, tx *Tx) error { r.txs <- tx; return nil }
+		}
+		return c.Run(ctx, h)
+	})
+}
+
+// startBatches runs c.RunBatches with h in the background.
+func (e *env) startBatches(c *Consumer, h BatchHandler) *runner {
+	e.t.Helper()
+	return e.run(func(ctx context.Context, _ *runner) error { return c.RunBatches(ctx, h) })
+}
+
+// run runs run in the background, once the slot is free.
+func (e *env) run(run func(context.Context, *runner) error) *runner {
+	e.t.Helper()
 	e.waitSlotFree(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runner{t: e.t, txs: make(chan *Tx, 1<<16), cancel: cancel, done: make(chan error, 1)}
-	if h == nil {
-		h = func(_ context.Context, tx *Tx) error { r.txs <- tx; return nil }
-	}
-	go func() { r.done <- c.Run(ctx, h) }()
+	go func() { r.done <- run(ctx, r) }()
 	e.t.Cleanup(func() { r.stop() })
 	return r
 }
