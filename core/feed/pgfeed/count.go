@@ -32,7 +32,7 @@ func (f *Feed) Count(ctx context.Context, q feed.CountQuery) (feed.Counts, error
 			return feed.Counts{}, fmt.Errorf("pgfeed: Count: resource name: %w", err)
 		}
 		where, args := changesWhere(q.Scope, []any{pos(q.After), pos(q.Until), q.MaxChanges})
-		count, err := f.countChangesWhere(ctx, "Count", s.Name, q.After, `SELECT 1 FROM `+f.n.ticked("$1", "$2", where)+` LIMIT $3`, args)
+		count, err := f.countChangesWhere(ctx, "Count", s.Name, q.After, `SELECT 1 FROM `+f.n.ticked("$1", "$2", where, "$3")+` LIMIT $3`, args)
 		if err != nil {
 			return feed.Counts{}, err
 		}
@@ -81,8 +81,8 @@ func (f *Feed) SampleChanges(ctx context.Context, q feed.SampleQuery) (int, erro
 		at[i], until = pos(p), max(until, p)
 	}
 	where, args := changesWhere(q.Scope, []any{pos(q.After), pos(until), at})
-	// One probe a position: given pos = ANY(…) beside the scope index's
-	// conditions, the planner reads the whole span through that index.
+	// One probe a position: given pos = ANY(…) beside the scope's
+	// conditions, the planner reads the whole span through an index.
 	return f.countChangesWhere(ctx, "SampleChanges", s.Name, q.After, `SELECT 1 FROM (SELECT DISTINCT pg_catalog.unnest($3::bigint[]) AS p) a
 CROSS JOIN LATERAL (SELECT t.xids, t.firsts FROM `+f.n.ticks+` t WHERE t.pos <= a.p ORDER BY t.pos DESC LIMIT 1) t
 CROSS JOIN LATERAL (SELECT u.xid, u.first FROM unnest(t.xids, t.firsts) u(xid, first) WHERE u.first <= a.p ORDER BY u.first DESC LIMIT 1) u

@@ -163,6 +163,10 @@ $tide$`,
 	// Version 10: steps read the change log through its index whatever its
 	// size when their plans were made (see stepSettings).
 	{10, func(n names) []string { return []string{tickSequenceFunction(n), tickStepRowsFunction(n)} }},
+	// Version 11: one index of the change log, (xid, ord, resource,
+	// scope[1]), serves what (xid, ord) and each resource's (scope[1],
+	// xid) served (see txIndexMigration).
+	{11, txIndexMigration},
 }
 
 // positionBlock is how many positions a durable reservation covers: a

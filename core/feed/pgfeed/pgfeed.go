@@ -423,7 +423,7 @@ func newNames(schema string) names {
 	n.headSQL = `SELECT s.head, m.epoch FROM ` + n.seqFn + `(0, 0, 0, 0) s, ` + n.meta + ` m`
 	n.tailSQL = `SELECT f.floor, coalesce(c.pos, 0), coalesce(c.resource, ''), coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
 FROM (SELECT (SELECT floor FROM ` + n.meta + `) AS floor) f
-LEFT JOIN LATERAL (SELECT * FROM ` + n.ticked("$1", maxPosSQL, "") + ` ORDER BY c.tick, c.pos LIMIT $2) c ON true ORDER BY c.pos`
+LEFT JOIN LATERAL (SELECT * FROM ` + n.ticked("$1", maxPosSQL, "", "$2") + ` ORDER BY c.tick, c.pos LIMIT $2) c ON true ORDER BY c.pos`
 	n.stepRowsSQL = `SELECT s.before, s.pos, s.resource, s.op, s.key, s.scope, s.data, coalesce(s.origin, ''), s.prev, s.tx FROM ` + n.stepRowsFn + `($1) s`
 	return n
 }

@@ -476,9 +476,12 @@ END`
 		"CREATE OR REPLACE TRIGGER " + pgx.Identifier{f.truncateTrigger()}.Sanitize() + " BEFORE TRUNCATE ON " + p.table +
 			" FOR EACH STATEMENT EXECUTE FUNCTION " + n.schema + ".refuse_truncate()",
 	}
-	for i := range p.scope {
+	// The first scope column is the log's index's (changes_tx); each
+	// further one has an index of its own, which gives a transaction's
+	// changes of a value in order.
+	for i := 1; i < len(p.scope); i++ {
 		idx := pgx.Identifier{shortIdent("changes_" + p.s.Name + "_s" + strconv.Itoa(i+1))}.Sanitize()
-		stmts = append(stmts, "CREATE INDEX IF NOT EXISTS "+idx+" ON "+n.changes+" ((scope["+strconv.Itoa(i+1)+"]), xid) WHERE resource = "+p.resLit)
+		stmts = append(stmts, "CREATE INDEX IF NOT EXISTS "+idx+" ON "+n.changes+" ((scope["+strconv.Itoa(i+1)+"]), xid, ord) WHERE resource = "+p.resLit)
 	}
 	return stmts
 }

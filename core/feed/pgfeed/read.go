@@ -31,9 +31,9 @@ func pos(p feed.Position) int64 {
 
 // Replay returns up to q.Limit changes of q.Scope with q.After < Pos <=
 // q.Until, in position order. The query is built from the scope's declared
-// columns only; every condition value is a bound parameter. It uses the
-// change log index of one condition's scope column (or the resource index
-// for a scope without conditions). It returns feed.ErrCursorExpired if
+// columns only; every condition value is a bound parameter. It looks
+// each transaction's changes of the scope up in the change log's index.
+// It returns feed.ErrCursorExpired if
 // q.After is below the retained floor, checked in the same statement as the
 // read, so a concurrent Prune cannot open a silent gap.
 func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, error) {
@@ -92,18 +92,22 @@ func (f *Feed) Replay(ctx context.Context, q feed.ReplayQuery) ([]feed.Change, e
 // page of 1,000 out of 96,000 in one measurement, against 0.7 ms in order.
 // In order, a page never reads more than the changes it holds plus those of
 // other scopes between them; where the estimate was right, the bitmap scan
-// would have saved little.
-const orderedRead = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', true)`
+// would have saved little. Nor does it read the log whole (a sequential
+// scan, joined by hash to the ticks' transactions), which the planner may
+// prefer when it expects each of a few transactions to have many changes:
+// the read looks each transaction up in the log's index, as the steps do
+// (stepSettings, and JIT off for the same reason).
+const orderedRead = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', true), pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('jit', 'off', true)`
 
 // replaySQL builds the replay statement of q and its arguments: the
 // ticks after q.After in position order, each joined to its transactions'
-// changes of the scope through the change log index of one condition's
-// scope column (or the transaction index for a scope without
-// conditions), until the page is full.
+// changes of the scope through the change log's index (changes_tx: the
+// transaction, then the resource and the first scope value), until the
+// page is full.
 func (f *Feed) replaySQL(q feed.ReplayQuery) (string, []any) {
 	args := []any{pos(q.After), pos(q.Until), q.Limit}
 	where, args := changesWhere(q.Scope, args)
-	page := `SELECT * FROM ` + f.n.ticked("$1", "$2", where) + ` ORDER BY c.tick, c.pos LIMIT $3`
+	page := `SELECT * FROM ` + f.n.ticked("$1", "$2", where, "$3") + ` ORDER BY c.tick, c.pos LIMIT $3`
 	sql := `SELECT f.floor, coalesce(c.pos, 0), ''::text, coalesce(c.op, 0), coalesce(c.key, ''), c.scope, c.data, coalesce(c.origin, ''), c.prev, coalesce(c.tx, 0)
 FROM ` + f.floorFrom(q.Scope.Schema.Name) + `
 LEFT JOIN LATERAL (` + page + `) c ON true ORDER BY c.pos`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -159,6 +160,16 @@ func testUpgradeFrom(t *testing.T, version int) {
 	}
 	if migrated != pgfeed.SchemaVersion() || migrated <= version {
 		t.Fatalf("schema at version %d after Migrate, want %d", migrated, pgfeed.SchemaVersion())
+	}
+	// The change log has one index for every change, changes_tx, and one
+	// of the resource's second scope column; none of a first scope column
+	// or of the transaction alone.
+	var indexes []string
+	if err := pool.QueryRow(ctx, "SELECT array_agg(pg_get_indexdef(indexrelid) ORDER BY indexrelid::regclass::text) FROM pg_index WHERE indrelid = $1::regclass", old.ChangesTable()).Scan(&indexes); err != nil {
+		t.Fatal(err)
+	}
+	if len(indexes) != 2 || !strings.Contains(indexes[0], "changes_items_s2") || !strings.Contains(indexes[0], "((scope[2]), xid, ord)") || !strings.Contains(indexes[1], "changes_tx") || !strings.Contains(indexes[1], "(xid, ord, resource, (scope[1]))") {
+		t.Fatalf("change log indexes after Migrate:\n%s", strings.Join(indexes, "\n"))
 	}
 	var floor int64
 	if err := pool.QueryRow(ctx, "SELECT floor FROM "+old.MetaTable()).Scan(&floor); err != nil {
