@@ -267,19 +267,24 @@ const drainLimit = 5 * time.Minute
 func (m *captureMeter) drain(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, drainLimit)
 	defer cancel()
-	var end string // the WAL's end once every writer committed
-	if err := m.pg.conn.QueryRow(dctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
-		return err
+	// With the logical capture, a mark in the WAL after every writer's
+	// commit (as the feed's Head writes one): drained once the consumer
+	// has logged a transaction past it. (The slot's confirmed position
+	// would say it only at the consumer's next status report.)
+	var mark string
+	if m.logical {
+		if err := m.pg.conn.QueryRow(dctx, "SELECT pg_logical_emit_message(true, 'tide.mark', '')::text").Scan(&mark); err != nil {
+			return err
+		}
 	}
 	for {
 		// Drained: no committed change the last tick's snapshot did not
 		// see (the feed's own test of a pending change); with the logical
-		// capture, the slot's consumer confirmed the WAL of every commit.
+		// capture, the consumer logged every commit before the mark.
 		var empty bool
 		if m.logical {
-			if err := m.pg.conn.QueryRow(dctx, `SELECT coalesce((SELECT s.confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots s WHERE s.slot_name = $2), false)`,
-				end, m.tide+"_logrepl").Scan(&empty); err != nil {
-				return fmt.Errorf("capture: waiting for the slot's consumer: %w", err)
+			if err := m.pg.conn.QueryRow(dctx, `SELECT s.lsn > $1::pg_lsn FROM `+m.tide+`.logical_state s`, mark).Scan(&empty); err != nil {
+				return fmt.Errorf("capture: waiting for the logical capture's consumer: %w", err)
 			}
 		} else if err := m.pg.conn.QueryRow(dctx, `SELECT NOT EXISTS (SELECT 1 FROM (SELECT t.snap FROM `+m.tide+`.ticks t ORDER BY t.pos DESC LIMIT 1) p
   CROSS JOIN LATERAL (SELECT 1 FROM `+m.tide+`.changes c WHERE c.xid >= pg_snapshot_xmax(p.snap)
