@@ -128,3 +128,27 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// insertConcurrently runs writers goroutines, each committing each
+// single-row statements insert (whose one argument is id(writer, i)), and
+// waits for them all.
+func insertConcurrently(ctx context.Context, t testing.TB, pool *pgxpool.Pool, writers, each int, insert string, id func(w, i int) string) {
+	t.Helper()
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range each {
+				if _, err := pool.Exec(ctx, insert, id(w, i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

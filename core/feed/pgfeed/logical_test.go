@@ -334,23 +334,8 @@ func TestLogicalBatchesSurviveCrash(t *testing.T) {
 			f := newFeedOn(t, pool, name, opts, feedtest.Items)
 			f.StartSequencer()
 			const writers, each = 8, 25
-			errs := make(chan error, writers)
-			for w := range writers {
-				go func() {
-					for i := range each {
-						if _, err := pool.Exec(ctx, "INSERT INTO feedtest_items (id, tenant, grp, title, n, done) VALUES ($1, 't1', 1, 'x', 0, false)", fmt.Sprintf("w%d-%02d", w, i)); err != nil {
-							errs <- err
-							return
-						}
-					}
-					errs <- nil
-				}()
-			}
-			for range writers {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
-			}
+			insertConcurrently(ctx, t, pool, writers, each, "INSERT INTO feedtest_items (id, tenant, grp, title, n, done) VALUES ($1, 't1', 1, 'x', 0, false)",
+				func(w, i int) string { return fmt.Sprintf("w%d-%02d", w, i) })
 			head(t, f)
 			if !failed[0].Load() || !failed[1].Load() {
 				t.Fatalf("the faults did not both fire (before the commit %v, after it %v)", failed[0].Load(), failed[1].Load())

@@ -80,24 +80,7 @@ func writeRoundsUnattended(ctx context.Context, t *testing.T, pool *pgxpool.Pool
 	const rounds, writers, perWriter = 4, 4, 50
 	var written int64
 	for r := range rounds {
-		errs := make(chan error, writers)
-		for w := range writers {
-			go func() {
-				for i := range perWriter {
-					id := fmt.Sprintf("r%d-w%d-%d", r, w, i)
-					if _, err := pool.Exec(ctx, insert, id); err != nil {
-						errs <- err
-						return
-					}
-				}
-				errs <- nil
-			}()
-		}
-		for range writers {
-			if err := <-errs; err != nil {
-				t.Fatal(err)
-			}
-		}
+		insertConcurrently(ctx, t, pool, writers, perWriter, insert, func(w, i int) string { return fmt.Sprintf("r%d-w%d-%d", r, w, i) })
 		written += writers * perWriter
 		pending, logged := waitDrained(ctx, t, listener.Conn(), f, written)
 		if pending != 0 || logged != written {
