@@ -32,7 +32,8 @@ type Config struct {
 	Publication string
 
 	// StatusInterval is how often the consumer reports its confirmed
-	// position to the server when nothing else makes it (zero means 10 s).
+	// position to the server when nothing else makes it (zero means 10 s);
+	// a position that the handler moved is reported within a tenth of it.
 	// A confirmed transaction is re-delivered after a crash if its
 	// position had not been reported yet: the interval bounds that window,
 	// not correctness. A stream silent for three intervals, despite a
@@ -155,6 +156,10 @@ type Consumer struct {
 	// grace is keepaliveGrace; tests lengthen it so that only a batch's
 	// bounds cut it.
 	grace time.Duration
+	// progress is how soon a moved position is reported: a tenth of
+	// Config.StatusInterval; tests lengthen it to keep a position
+	// unreported.
+	progress time.Duration
 }
 
 // NewConsumer checks cfg and returns a Consumer. It does no I/O.
@@ -178,7 +183,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if pc.RuntimeParams["application_name"] == "" {
 		pc.RuntimeParams["application_name"] = "tide logrepl " + cfg.Slot
 	}
-	return &Consumer{cfg: cfg, conn: pc, db: db, grace: keepaliveGrace}, nil
+	return &Consumer{cfg: cfg, conn: pc, db: db, grace: keepaliveGrace, progress: cfg.StatusInterval / 10}, nil
 }
 
 // Run streams the slot's transactions to h until ctx ends, h returns an
@@ -353,6 +358,14 @@ func (c *Consumer) stream(ctx context.Context, conn *pgconn.PgConn, h BatchHandl
 		}
 		c.confirmed.Store(confirmed)
 		b = pending{}
+		// Progress reaches the server within a tenth of the interval, so
+		// the slot's lag and the WAL it keeps follow the consumer.
+		if confirmed > c.flushed.Load() && now.Sub(reported) >= c.progress {
+			if err := c.report(conn, confirmed, now, false); err != nil {
+				return err
+			}
+			reported, nextStatus = now, now.Add(interval)
+		}
 		return nil
 	}
 	var deadline time.Time

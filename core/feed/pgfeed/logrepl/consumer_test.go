@@ -279,7 +279,7 @@ func TestResumeAfterCrash(t *testing.T) {
 		}
 	}
 	c := e.consumer(func(c *Config) { c.StatusInterval = hang }) // no report before the crash
-	c.crash = true
+	c.crash, c.progress = true, hang
 	var seen []string
 	r = e.start(c, func(_ context.Context, tx *Tx) error {
 		s := showTx(tx)[0]

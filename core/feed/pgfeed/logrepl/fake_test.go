@@ -204,3 +204,35 @@ func TestMalformedStream(t *testing.T) {
 		})
 	}
 }
+
+// A position the handler moved reaches the server at once when the
+// progress interval allows, without waiting for the status interval or a
+// keepalive (the server sends none here).
+func TestProgressReported(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0)
+	f := newFakeServer(t,
+		xlog(0x200, relA),
+		xlog(0x200, msgBegin(0x300, at, 7)),
+		xlog(0x210, msgInsert(16384, "1", "a", "b")),
+		xlog(0x300, msgCommit(0x300, 0x340, at)),
+	)
+	c, err := NewConsumer(Config{ConnString: f.url, Slot: "s", Publication: "p", StatusInterval: 10 * hang})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.progress = 0
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.RunBatches(ctx, func(context.Context, []*Tx) error { return nil }) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case u := <-f.updates:
+		if len(u) != 34 || u[0] != 'r' || binary.BigEndian.Uint64(u[1:]) != 0x340 {
+			t.Fatalf("status update %x, want written 0/340", u)
+		}
+	case err := <-done:
+		t.Fatalf("RunBatches: %v", err)
+	case <-time.After(hang):
+		t.Fatal("the moved position was not reported")
+	}
+}
