@@ -270,7 +270,8 @@ func (m *captureMeter) drain(ctx context.Context) error {
 	// With the logical capture, a mark in the WAL after every writer's
 	// commit (as the feed's Head writes one): drained once the consumer
 	// has logged a transaction past it. (The slot's confirmed position
-	// would say it only at the consumer's next status report.)
+	// says it only at the consumer's next status report, up to a second
+	// later.)
 	var mark string
 	if m.logical {
 		if err := m.pg.conn.QueryRow(dctx, "SELECT pg_logical_emit_message(true, 'tide.mark', '')::text").Scan(&mark); err != nil {
