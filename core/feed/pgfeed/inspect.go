@@ -21,9 +21,11 @@ const (
 	lastChangeTicks      = 100_000
 )
 
-// LastChange returns the last sequenced change of q.Key in q.Scope, read
-// through the change log's index of the resource's first scope column: it
-// needs the row's scope (q.Scope, one value per scope column) and answers
+// LastChange returns the last sequenced change of q.Key in q.Scope's first
+// column value, newest transactions first (the change log's index checks
+// the resource and that value without reading other rows; on a large log
+// the planner may read it whole instead, about 80 ms a million changes):
+// it needs the row's scope (q.Scope, one value per scope column) and answers
 // not found (ok false) without it, for a resource without scope columns,
 // or when the change is older than the newest lastChangeTicks ticks. A
 // change committed but not sequenced yet is not reported. A change that
