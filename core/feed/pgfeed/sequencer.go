@@ -47,12 +47,23 @@ const (
 	// sequencerWait bounds one call of the sequence function when nothing
 	// arrives, so the leader notices a lost connection and Close promptly.
 	sequencerWait = 250 * time.Millisecond
-	// sequencerStepGap is the pause after a step that moved changes. Steps
-	// do not wait for their WAL flush, so without it a busy database would
-	// run one step per commit; with it, a step carries about a
+	// sequencerStepGap is the least pause after a step that moved changes.
+	// Steps do not wait for their WAL flush, so without it a busy database
+	// would run one step per commit; with it, a step carries at least a
 	// millisecond's commits, and a quiet one loses nothing (its next change
 	// is further away than that).
 	sequencerStepGap = time.Millisecond
+	// stepGapFactor bounds the sequencer's share of a busy database:
+	// after a step that moved changes, it pauses for stepGapFactor times
+	// the step's own time (between sequencerStepGap and
+	// sequencerMaxStepGap), so steps take at most a
+	// 1/(1+stepGapFactor) share of its time. A step costs about the same
+	// whether it ticks one commit or fifty, so on a machine the writers keep
+	// busy (where a step is slow) each step carries more commits and costs
+	// each less; on a quiet one a step is quick and the pause stays near
+	// sequencerStepGap.
+	stepGapFactor       = 4
+	sequencerMaxStepGap = 10 * time.Millisecond
 )
 
 // StartSequencer makes this feed a candidate for the database's sequencer
@@ -220,14 +231,20 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 		}
 		var moved int64
 		streaming := w != nil && w.live.Load()
+		gap := sequencerStepGap
 		if streaming {
 			// A write to the change log after this rings again.
 			select {
 			case <-w.wake:
 			default:
 			}
+			began := time.Now()
 			moved, err = f.stepRows(qctx, conn)
+			gap = stepGap(time.Since(began))
 		} else {
+			// Polling: the call waits server-side for a change, so its
+			// time is not the step's, and the pause after it stays
+			// sequencerStepGap.
 			err = conn.QueryRow(qctx, sql, f.opts.SequencerBatch, wait, time.Since(last).Milliseconds(), maxPause).Scan(&moved)
 		}
 		if err != nil {
@@ -247,7 +264,7 @@ func (f *Feed) sequence(ctx context.Context, conn *pgx.Conn) error {
 				}
 			}
 			cause = lookAfterStep
-			backoff.Sleep(ctx, sequencerStepGap)
+			backoff.Sleep(ctx, gap)
 			continue
 		}
 		if !streaming {
@@ -304,6 +321,12 @@ func (f *Feed) stepRows(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	}
 	f.stepped.Store(&steppedChanges{before: feed.Position(before), changes: changes})
 	return int64(len(changes)), nil
+}
+
+// stepGap is the pause after a step that moved changes and took took:
+// stepGapFactor times took, within [sequencerStepGap, sequencerMaxStepGap].
+func stepGap(took time.Duration) time.Duration {
+	return min(max(stepGapFactor*took, sequencerStepGap), sequencerMaxStepGap)
 }
 
 // steppedChanges are the changes of the sequencer's latest step and the
