@@ -3,8 +3,9 @@
 # identical tables (see docs/performance.md, "Postgres feed: capture
 # overhead"): plain; a trigger like tide's capture (a deferred constraint
 # trigger inserting the row as jsonb into an unindexed outbox); the same
-# change as a transactional WAL message (pg_logical_emit_message); an empty
-# deferred trigger. Rounds alternate; with -d, a second pgbench deletes the
+# trigger into an outbox indexed by transaction, as a change log read by
+# transaction must be; the same change as a transactional WAL message
+# (pg_logical_emit_message); an empty deferred trigger. Rounds alternate; with -d, a second pgbench deletes the
 # outbox's rows meanwhile, as a sequencer would.
 #
 #   sh docs/perf/capture-pgbench.sh [rounds] [clients] [-d]
@@ -23,6 +24,7 @@ DROP SCHEMA IF EXISTS capture_bench CASCADE;
 CREATE SCHEMA capture_bench;
 CREATE TABLE capture_bench.plain (id bigserial PRIMARY KEY, project_id text NOT NULL, title text NOT NULL, done boolean NOT NULL DEFAULT false);
 CREATE TABLE capture_bench.s_outbox (LIKE capture_bench.plain INCLUDING ALL);
+CREATE TABLE capture_bench.s_indexed (LIKE capture_bench.plain INCLUDING ALL);
 CREATE TABLE capture_bench.s_msg (LIKE capture_bench.plain INCLUDING ALL);
 CREATE TABLE capture_bench.s_empty (LIKE capture_bench.plain INCLUDING ALL);
 CREATE TABLE capture_bench.outbox (id bigserial NOT NULL, xid xid8 NOT NULL DEFAULT pg_current_xact_id(), resource text NOT NULL, op smallint NOT NULL, key text NOT NULL, scope text[] NOT NULL, data jsonb, origin text);
@@ -30,6 +32,15 @@ CREATE FUNCTION capture_bench.cap_outbox() RETURNS trigger LANGUAGE plpgsql AS $
 DECLARE o text := nullif(current_setting('tide.origin', true), '');
 BEGIN
   INSERT INTO capture_bench.outbox (resource, op, key, scope, data, origin) VALUES ('todos', 1, NEW.id::text, ARRAY[NEW.project_id::text],
+    jsonb_build_object('id', NEW.id, 'project_id', NEW.project_id, 'title', NEW.title, 'done', NEW.done), o);
+  RETURN NULL;
+END $$;
+CREATE TABLE capture_bench.indexed_outbox (LIKE capture_bench.outbox INCLUDING ALL);
+CREATE INDEX ON capture_bench.indexed_outbox (xid);
+CREATE FUNCTION capture_bench.cap_indexed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE o text := nullif(current_setting('tide.origin', true), '');
+BEGIN
+  INSERT INTO capture_bench.indexed_outbox (resource, op, key, scope, data, origin) VALUES ('todos', 1, NEW.id::text, ARRAY[NEW.project_id::text],
     jsonb_build_object('id', NEW.id, 'project_id', NEW.project_id, 'title', NEW.title, 'done', NEW.done), o);
   RETURN NULL;
 END $$;
@@ -42,15 +53,16 @@ BEGIN
 END $$;
 CREATE FUNCTION capture_bench.cap_empty() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
 CREATE CONSTRAINT TRIGGER t AFTER INSERT OR UPDATE OR DELETE ON capture_bench.s_outbox DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION capture_bench.cap_outbox();
+CREATE CONSTRAINT TRIGGER t AFTER INSERT OR UPDATE OR DELETE ON capture_bench.s_indexed DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION capture_bench.cap_indexed();
 CREATE CONSTRAINT TRIGGER t AFTER INSERT OR UPDATE OR DELETE ON capture_bench.s_msg DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION capture_bench.cap_msg();
 CREATE CONSTRAINT TRIGGER t AFTER INSERT OR UPDATE OR DELETE ON capture_bench.s_empty DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION capture_bench.cap_empty();
 SQL
-for t in plain s_outbox s_msg s_empty; do
+for t in plain s_outbox s_indexed s_msg s_empty; do
   echo "INSERT INTO capture_bench.$t (project_id, title) VALUES ('p' || (random()*10)::int, 'a todo title of some length');" > "$dir/$t.sql"
 done
 echo "DELETE FROM capture_bench.outbox;" > "$dir/del.sql"
 for r in $(seq 1 "$ROUNDS"); do
-  for t in plain s_outbox s_msg s_empty; do
+  for t in plain s_outbox s_indexed s_msg s_empty; do
     pid=
     if [ "$DELETER" = "-d" ] && [ "$t" = s_outbox ]; then
       pgbench -n -c 1 -T 5 -R 800 -f "$dir/del.sql" "$DB" >/dev/null 2>&1 &
@@ -60,5 +72,5 @@ for r in $(seq 1 "$ROUNDS"); do
     [ -n "$pid" ] && wait "$pid"
     echo "round $r $t: $tps commits/s"
   done
-  psql -q "$DB" -c "TRUNCATE capture_bench.outbox" -c "VACUUM capture_bench.outbox" >/dev/null
+  psql -q "$DB" -c "TRUNCATE capture_bench.outbox, capture_bench.indexed_outbox" -c "VACUUM capture_bench.outbox, capture_bench.indexed_outbox" >/dev/null
 done
