@@ -79,6 +79,46 @@ type cluster struct {
 
 	cc      clusterConfig
 	natsURL string
+	log     *failureLog
+}
+
+// failureLog keeps the warnings and errors of a cluster's nodes and prints
+// them if the test fails, so a stalled wait shows what each node was
+// doing. It writes to t only in the last cleanup, after every node has
+// stopped: a line logged later goes to the buffer, never to a finished t.
+type failureLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+// maxFailureLog bounds what a failureLog keeps; later lines are dropped.
+const maxFailureLog = 1 << 20
+
+func (l *failureLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buf.Len() < maxFailureLog {
+		l.buf.Write(p)
+	}
+	return len(p), nil
+}
+
+// logger is node i's logger: warnings and errors, tagged with the node.
+func (l *failureLog) logger(i int) *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", i)
+}
+
+// printOnFailure registers the cleanup that prints the log if t failed;
+// registered before the nodes', it runs after them.
+func (l *failureLog) printOnFailure(t testing.TB) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		t.Logf("the nodes' warnings and errors:\n%s", l.buf.String())
+	})
 }
 
 type clusterConfig struct {
@@ -126,7 +166,8 @@ func newCluster(t testing.TB, cc clusterConfig) *cluster {
 	if _, err := admin.Exec(ctx, itemsDDL); err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, kind: cc.kind, admin: admin, schema: schema + "_tide", prefix: "tr" + randomHex(6)}
+	c := &cluster{t: t, kind: cc.kind, admin: admin, schema: schema + "_tide", prefix: "tr" + randomHex(6), log: &failureLog{}}
+	c.log.printOnFailure(t)
 	var natsURL string
 	if cc.kind == busNATS {
 		natsURL = testenv.NATSURL(t)
@@ -144,15 +185,15 @@ func (c *cluster) addNode() *node {
 	t, cc, natsURL := c.t, c.cc, c.natsURL
 	ctx := testCtx(t, 60*time.Second)
 	admin := c.admin
-	quiet := slog.New(slog.DiscardHandler)
 	i := len(c.nodes)
+	logger := c.log.logger(i)
 	pool, err := pgxpool.NewWithConfig(ctx, admin.Config()) // same search_path
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := &node{i: i, pool: pool}
 	fo := cc.feed
-	fo.Schema, fo.Logger = c.schema, quiet
+	fo.Schema, fo.Logger = c.schema, logger
 	f, err := pgfeed.New(pool, fo)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +207,7 @@ func (c *cluster) addNode() *node {
 			t.Fatal(err)
 		}
 		no := cc.nats
-		no.Prefix, no.Logger = c.prefix, quiet
+		no.Prefix, no.Logger = c.prefix, logger
 		n.bus, err = natsbus.New(ctx, n.nc, f, no)
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +221,7 @@ func (c *cluster) addNode() *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := core.New(core.Config{Feed: f, Bus: bus, Logger: quiet, Tokens: n.kr})
+	e, err := core.New(core.Config{Feed: f, Bus: bus, Logger: logger, Tokens: n.kr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +238,7 @@ func (c *cluster) addNode() *node {
 	srv := httptest.NewServer(middleware.Middleware(e, middleware.WithPrincipal(userHeader))(http.NotFoundHandler()))
 	n.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/tide/ws"
 	rc := cc.rep
-	rc.Feed, rc.Pool, rc.Publisher, rc.Logger = f, pool, pub, quiet
+	rc.Feed, rc.Pool, rc.Publisher, rc.Logger = f, pool, pub, logger
 	n.rep, err = replicator.New(rc)
 	if err != nil {
 		t.Fatal(err)
