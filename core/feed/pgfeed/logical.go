@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tidesync/tide/core/feed"
 	"github.com/tidesync/tide/core/feed/pgfeed/logrepl"
@@ -167,17 +168,26 @@ func (f *Feed) logicalDDL(p *plan) []string {
 }
 
 // logicalPlan is what the consumer needs of a resource: its plan, and the
-// statements that render a decoded row as the capture trigger does.
+// statements that render decoded rows as the capture trigger does.
 type logicalPlan struct {
 	p     *plan
 	types []string // the declared columns' type names (format_type)
-	// The statements writing one change row, from the row r or o read
-	// from text with the column types: their arguments are ord, origin,
-	// then the row's declared columns as text (r's, then o's).
-	upsertNew  string // an insert or an update that moved: prev none
-	upsertPrev string // an update in place: prev from o
-	deleteOld  string // a delete: the row o
+	// The statements writing change rows, one row for each element of
+	// their array arguments: ord, origin, then each declared column's text
+	// (of the row r, then of the old row o), read with the column types.
+	// Set-based, so a batch of replicated transactions costs a statement a
+	// kind of change, not a statement a change.
+	stmts [changeKinds]string
 }
+
+// The kinds of change row the consumer writes, each with a statement of
+// its own (logicalPlan.stmts).
+const (
+	kindUpsertNew  = iota // an insert, or an update that moved: prev none
+	kindUpsertPrev        // an update in place: prev from o
+	kindDeleteOld         // a delete: the row o
+	changeKinds
+)
 
 // newLogicalPlan builds the statements of p for type names types.
 func (f *Feed) newLogicalPlan(p *plan, types []string) *logicalPlan {
@@ -187,12 +197,13 @@ func (f *Feed) newLogicalPlan(p *plan, types []string) *logicalPlan {
 	if prevs {
 		cols += ", prev"
 	}
+	// row reads the alias's columns from the array elements u.c<first>...
 	row := func(alias string, first int) string {
 		sel := make([]string, len(p.cols))
 		for i, c := range p.cols {
-			sel[i] = "$" + strconv.Itoa(first+i) + "::text::" + types[i] + " AS " + c
+			sel[i] = "u.c" + strconv.Itoa(first+i) + "::" + types[i] + " AS " + c
 		}
-		return "(SELECT " + strings.Join(sel, ", ") + ") " + alias
+		return "CROSS JOIN LATERAL (SELECT " + strings.Join(sel, ", ") + ") " + alias
 	}
 	stmt := func(op feed.Op, alias, prev string, withOld bool) string {
 		switch {
@@ -203,19 +214,53 @@ func (f *Feed) newLogicalPlan(p *plan, types []string) *logicalPlan {
 		default:
 			prev = ", " + prev
 		}
-		from := row("r", 3)
-		if alias == "o" {
-			from = row("o", 3)
-		} else if withOld {
-			from += ", " + row("o", 3+len(p.cols))
+		n := len(p.cols)
+		from := row(alias, 0)
+		if withOld {
+			from += " " + row("o", n)
+			n *= 2
 		}
-		return "INSERT INTO " + f.n.changes + " (" + cols + ") SELECT $1::integer, " + p.resLit + ", " + strconv.Itoa(int(op)) + ", " +
-			p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", $2::text" + prev + " FROM " + from
+		unnest := []string{"pg_catalog.unnest($1::integer[])", "pg_catalog.unnest($2::text[])"}
+		names := []string{"ord", "origin"}
+		for i := range n {
+			unnest = append(unnest, "pg_catalog.unnest($"+strconv.Itoa(3+i)+"::text[])")
+			names = append(names, "c"+strconv.Itoa(i))
+		}
+		return "INSERT INTO " + f.n.changes + " (" + cols + ") SELECT u.ord, " + p.resLit + ", " + strconv.Itoa(int(op)) + ", " +
+			p.keyExpr(alias) + ", " + p.scopeExpr(alias) + ", " + p.rowExpr(alias) + ", u.origin" + prev +
+			" FROM ROWS FROM (" + strings.Join(unnest, ", ") + ") u(" + strings.Join(names, ", ") + ") " + from
 	}
-	lp.upsertNew = stmt(feed.OpUpsert, "r", "'null'::jsonb", false)
-	lp.upsertPrev = stmt(feed.OpUpsert, "r", p.prevExpr("o"), prevs)
-	lp.deleteOld = stmt(feed.OpDelete, "o", "", false)
+	lp.stmts[kindUpsertNew] = stmt(feed.OpUpsert, "r", "'null'::jsonb", false)
+	lp.stmts[kindUpsertPrev] = stmt(feed.OpUpsert, "r", p.prevExpr("o"), prevs)
+	lp.stmts[kindDeleteOld] = stmt(feed.OpDelete, "o", "", false)
 	return lp
+}
+
+// changeRows are the change rows of one statement (a plan's kind) waiting
+// to be queued: the statement's array arguments, column by column.
+// (pgtype.FlatArray and []int32 are encoded without reflection.)
+type changeRows struct {
+	ords    []int32
+	origins pgtype.FlatArray[pgtype.Text]
+	cols    []pgtype.FlatArray[pgtype.Text] // each declared column's text (r's, then o's)
+}
+
+// add appends a row: ord, origin ("" for none), then the columns' text
+// (nil for NULL).
+func (r *changeRows) add(ord int, origin string, rows ...[]any) {
+	r.ords = append(r.ords, int32(ord))
+	r.origins = append(r.origins, pgtype.Text{String: origin, Valid: origin != ""})
+	i := 0
+	for _, row := range rows {
+		for _, v := range row {
+			if i == len(r.cols) {
+				r.cols = append(r.cols, nil)
+			}
+			s, ok := v.(string)
+			r.cols[i] = append(r.cols[i], pgtype.Text{String: s, Valid: ok})
+			i++
+		}
+	}
 }
 
 // errLogicalRow says a decoded change lacks what the capture needs.
@@ -275,6 +320,45 @@ type consumerState struct {
 	first           int
 	origin, written string
 	mixed           bool
+	// rows are the change rows not yet queued, by plan and kind, in the
+	// order their statements were first needed.
+	rows    map[*logicalPlan]*[changeKinds]changeRows
+	rowsFor []*logicalPlan
+}
+
+// pending returns the rows of lp's kind k waiting to be queued.
+func (st *consumerState) pending(lp *logicalPlan, k int) *changeRows {
+	if st.rows == nil {
+		st.rows = map[*logicalPlan]*[changeKinds]changeRows{}
+	}
+	rs := st.rows[lp]
+	if rs == nil {
+		rs = &[changeKinds]changeRows{}
+		st.rows[lp] = rs
+		st.rowsFor = append(st.rowsFor, lp)
+	}
+	return &rs[k]
+}
+
+// flush queues the waiting change rows on b, a statement a plan's kind.
+func (st *consumerState) flush(b *pgx.Batch) {
+	for _, lp := range st.rowsFor {
+		rs := st.rows[lp]
+		for k := range rs {
+			r := &rs[k]
+			if len(r.ords) == 0 {
+				continue
+			}
+			args := make([]any, 0, 2+len(r.cols))
+			args = append(args, r.ords, r.origins)
+			for _, c := range r.cols {
+				args = append(args, c)
+			}
+			b.Queue(lp.stmts[k], args...)
+		}
+	}
+	clear(st.rows)
+	st.rowsFor = st.rowsFor[:0]
 }
 
 // logicalPlans reads, on conn, what the consumer needs of every resource
@@ -358,6 +442,8 @@ func (f *Feed) consumeBatch(ctx context.Context, conn *pgx.Conn, st *consumerSta
 			return err
 		}
 		st.tx, st.ord = ltx, 0
+		clear(st.rows) // rows of a batch that failed went with its transaction
+		st.rowsFor = st.rowsFor[:0]
 		// The step lock, and the recorded end locked.
 		if _, err := ltx.Exec(ctx, `SELECT `+f.n.stepFn+`() FROM `+f.n.logicalState+` s FOR UPDATE OF s`); err != nil {
 			return err
@@ -413,7 +499,7 @@ FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_lsn[])
 		}
 		st.written = st.origin
 		for _, ch := range tx.Changes {
-			if err := f.queueChange(b, st, ch); err != nil {
+			if err := f.queueChange(st, ch); err != nil {
 				return err
 			}
 		}
@@ -421,9 +507,11 @@ FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::pg_lsn[])
 			// The transaction named its origin after some of its rows were
 			// written: the last one named is the transaction's, as the
 			// trigger reads it at commit.
+			st.flush(b)
 			b.Queue(`UPDATE `+f.n.changes+` SET origin = $1 WHERE xid = pg_catalog.pg_current_xact_id() AND ord >= $2`, nullText(st.origin), st.first)
 		}
 	}
+	st.flush(b)
 	more := txs[len(txs)-1].More
 	if !more {
 		if st.ord > 0 {
@@ -478,10 +566,11 @@ func nullText(s string) any {
 	return s
 }
 
-// queueChange queues the change rows of one decoded change, as the
-// capture trigger writes them: an update that changes the key or the
-// scope is a delete in the old scope and an upsert in the new one.
-func (f *Feed) queueChange(b *pgx.Batch, st *consumerState, ch logrepl.Change) error {
+// queueChange adds the change rows of one decoded change to those waiting
+// in st, as the capture trigger writes them: an update that changes the
+// key or the scope is a delete in the old scope and an upsert in the new
+// one.
+func (f *Feed) queueChange(st *consumerState, ch logrepl.Change) error {
 	lps, ok := st.plans[ch.Table]
 	if !ok {
 		return fmt.Errorf("%w: a change of %s, which no resource of this node syncs: run Migrate with every resource on the nodes that may sequence", errLogicalRow, ch.Table)
@@ -493,15 +582,10 @@ func (f *Feed) queueChange(b *pgx.Batch, st *consumerState, ch logrepl.Change) e
 	if (ch.Op == logrepl.OpUpdate || ch.Op == logrepl.OpDelete) && (ch.Old == nil || ch.OldKeyOnly) {
 		return fmt.Errorf("%w: %s of %s without the old row: the table needs REPLICA IDENTITY FULL (Migrate sets it)", errLogicalRow, ch.Op, ch.Table)
 	}
-	origin := nullText(st.origin)
 	for _, lp := range lps {
-		args := func(row ...[]any) []any {
-			a := []any{st.ord, origin}
-			for _, r := range row {
-				a = append(a, r...)
-			}
+		add := func(k int, rows ...[]any) {
+			st.pending(lp, k).add(st.ord, st.origin, rows...)
 			st.ord++
-			return a
 		}
 		switch ch.Op {
 		case logrepl.OpInsert:
@@ -509,13 +593,13 @@ func (f *Feed) queueChange(b *pgx.Batch, st *consumerState, ch logrepl.Change) e
 			if err != nil {
 				return err
 			}
-			b.Queue(lp.upsertNew, args(nv)...)
+			add(kindUpsertNew, nv)
 		case logrepl.OpDelete:
 			ov, err := lp.values(ch.Old, nil, ch.Table)
 			if err != nil {
 				return err
 			}
-			b.Queue(lp.deleteOld, args(ov)...)
+			add(kindDeleteOld, ov)
 		case logrepl.OpUpdate:
 			ov, err := lp.values(ch.Old, nil, ch.Table)
 			if err != nil {
@@ -525,15 +609,14 @@ func (f *Feed) queueChange(b *pgx.Batch, st *consumerState, ch logrepl.Change) e
 			if err != nil {
 				return err
 			}
-			if lp.same(ov, nv) {
-				if len(lp.p.s.PrevColumns) > 0 {
-					b.Queue(lp.upsertPrev, args(nv, ov)...)
-				} else {
-					b.Queue(lp.upsertNew, args(nv)...)
-				}
-			} else {
-				b.Queue(lp.deleteOld, args(ov)...)
-				b.Queue(lp.upsertNew, args(nv)...)
+			switch {
+			case !lp.same(ov, nv):
+				add(kindDeleteOld, ov)
+				add(kindUpsertNew, nv)
+			case len(lp.p.s.PrevColumns) > 0:
+				add(kindUpsertPrev, nv, ov)
+			default:
+				add(kindUpsertNew, nv)
 			}
 		}
 	}
