@@ -427,8 +427,9 @@ func arrayElem(e string) string {
 // Elements are compared as doubles, through one rendering; any other
 // value still differs.
 func canonFloats(t testing.TB, text string) *string {
-	inner, ok := strings.CutPrefix(text, "{")
-	if inner, ok = strings.CutSuffix(inner, "}"); !ok {
+	inner, ok1 := strings.CutPrefix(text, "{")
+	inner, ok2 := strings.CutSuffix(inner, "}")
+	if !ok1 || !ok2 {
 		t.Fatalf("float8[] text %q", text)
 	}
 	if inner == "" {
