@@ -37,12 +37,10 @@ BEGIN
 END $$;
 CREATE TABLE capture_bench.indexed_outbox (LIKE capture_bench.outbox INCLUDING ALL);
 CREATE INDEX ON capture_bench.indexed_outbox (xid);
-CREATE FUNCTION capture_bench.cap_indexed() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE o text := nullif(current_setting('tide.origin', true), '');
-BEGIN
-  INSERT INTO capture_bench.indexed_outbox (resource, op, key, scope, data, origin) VALUES ('todos', 1, NEW.id::text, ARRAY[NEW.project_id::text],
-    jsonb_build_object('id', NEW.id, 'project_id', NEW.project_id, 'title', NEW.title, 'done', NEW.done), o);
-  RETURN NULL;
+-- cap_outbox writing into the indexed outbox instead.
+DO $$ BEGIN
+  EXECUTE replace(replace(pg_get_functiondef('capture_bench.cap_outbox'::regproc),
+    'capture_bench.cap_outbox()', 'capture_bench.cap_indexed()'), 'capture_bench.outbox ', 'capture_bench.indexed_outbox ');
 END $$;
 CREATE FUNCTION capture_bench.cap_msg() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE o text := nullif(current_setting('tide.origin', true), '');
