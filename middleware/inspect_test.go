@@ -124,8 +124,17 @@ func TestInspectInChromium(t *testing.T) {
 		}
 	}
 	shot := os.Getenv("TIDE_INSPECT_SCREENSHOT")
-	if shot == "" {
+	switch {
+	case shot == "":
 		shot = filepath.Join(t.TempDir(), "inspect.png")
+	case !filepath.IsAbs(shot):
+		// Relative to the repository's root, where the docs' command runs
+		// (go test runs this in middleware/, and so does chromium).
+		abs, err := filepath.Abs(filepath.Join("..", shot))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shot = abs
 	}
 	chromium("--screenshot="+shot, "--window-size=1200,1100", page)
 	if fi, err := os.Stat(shot); err != nil || fi.Size() == 0 {
