@@ -157,6 +157,10 @@ export class Env {
     process.kill(child.pid, signal);
     await child.exited;
   }
+  /** stats reads the server's engine counters and its subscriptions: {engine: core.Stats, subscriptions: [core.SubscriptionLag]}. */
+  async stats() {
+    return (await fetch(this.origin("A") + "/stats")).json();
+  }
   get up() {
     return !!this.server;
   }

@@ -34,6 +34,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -149,6 +150,12 @@ func run(ctx context.Context, addr string, heartbeat time.Duration, log *slog.Lo
 	mux.HandleFunc("GET /me", func(w http.ResponseWriter, r *http.Request) {
 		p, _ := principal(r)
 		_, _ = fmt.Fprint(w, p.ID)
+	})
+	// The engine's counters and every subscription's lag, queue and
+	// desyncs, for the tests.
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"engine": t.Engine.Stats(), "subscriptions": t.Engine.LaggingSubscriptions(0, 1000)})
 	})
 	handler := middleware.Middleware(t.Engine, middleware.WithPrincipal(principal))(mux)
 
