@@ -61,8 +61,12 @@ type Config struct {
 	// disconnect, a reconnect storm) do not query the feed. Zero value means
 	// 16384.
 	ReplayCache int
-	// MaxDrops is the number of dropped live changes after which a
-	// connection is closed with 1013. Zero value means 32.
+	// MaxDrops is how many times something may not fit a connection's send
+	// queue before the connection is closed with 1013: a live change that
+	// desyncs a live subscription (the changes that follow while it is
+	// desynced are not counted, its replay covers them) or a channel
+	// message. A socket that takes nothing at all is closed by WriteTimeout
+	// first. Zero value means 32.
 	MaxDrops int
 
 	// MaxCatchUps bounds the catch-up reads of the feed (replay and

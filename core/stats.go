@@ -46,7 +46,7 @@ type Stats struct {
 	SnapshotQueries int64 // snapshot pages read from the feed
 	SnapshotShared  int64 // snapshot pages served by another subscription's read of the same page
 	Delivered       int64 // live entries queued to sockets
-	Dropped         int64 // live entries dropped for backpressure
+	Dropped         int64 // live batches that desynced a subscription, and channel messages, that did not fit a send queue
 	Resets          int64 // reset frames sent
 	// BacklogSnapshots counts catch-ups sent as a reset and a snapshot
 	// because their backlog was at least as large as their scope.

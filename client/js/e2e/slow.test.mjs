@@ -29,7 +29,11 @@ const MAX_ROUNDS = 100; // a bound: 80 MB of changes at most
 // alice's subscription to b1, as the server reports it (undefined if none).
 const aliceB1 = async () => (await env.stats()).subscriptions.find((x) => x.principal === "alice" && x.scope.includes("b1"));
 
-test("a paused tab is re-synced (or cut off) while another user's tab stays current; both converge with Postgres", { skip: !haveChrome, timeout: 240000 }, async () => {
+/**
+ * world opens alice's tab (b1 and b2, origin A) and bob's (b1, origin B) on
+ * ROWS cards of b1, both live, and pauses alice's page in the debugger.
+ */
+async function world() {
   env = new Env({ label: "slow" });
   await env.start();
   env.exec(`INSERT INTO board_members (user_id, board_id) VALUES ('alice', 'b1'), ('alice', 'b2'), ('bob', 'b1')`);
@@ -41,44 +45,68 @@ test("a paused tab is re-synced (or cut off) while another user's tab stays curr
   const steady = new Tab(env, "steady", "B", ["b1"]);
   await slow.open();
   await steady.open();
-  const live = (tab, n) =>
-    waitFor(async () => {
-      const s = (await tab.app("rows")).b1;
-      return s.state === "live" && s.rows.length === n;
-    }, { ...T, what: `tab ${tab.name}: b1 live with ${n} cards` });
   await live(slow, ROWS);
   await live(steady, ROWS);
-
   // Pause alice's page: its next script (the socket's next message) stops there.
   const cdp = await env.context.newCDPSession(slow.page);
   await cdp.send("Debugger.enable");
   const paused = new Promise((ok) => cdp.once("Debugger.paused", ok));
   await cdp.send("Debugger.pause");
-
   const sub = await aliceB1();
   assert.ok(sub, "the server lists no subscription of alice to b1");
-  let rounds = 0;
-  for (; rounds < MAX_ROUNDS; rounds++) {
-    env.exec(`UPDATE cards SET title = 'round ${rounds} ' || id || ' ' || repeat('x', 4096) WHERE board_id = 'b1'`);
-    if ((await aliceB1())?.desyncs > sub.desyncs) break;
-  }
-  await paused; // it did stop (a message reached it), so it has read nothing since
-  const desynced = await aliceB1();
-  assert.ok(desynced?.desyncs > sub.desyncs, `alice's paused tab was never desynced after ${rounds} rounds of ${ROWS} cards: ${JSON.stringify(desynced)}`);
-  env.exec(`INSERT INTO cards (id, board_id, title) VALUES ('s-last', 'b1', 'the last card')`);
+  return { slow, steady, cdp, paused, sub };
+}
 
-  // Bob's tab holds every row as Postgres has it while alice's is still paused.
+const live = (tab, n) =>
+  waitFor(async () => {
+    const s = (await tab.app("rows")).b1;
+    return s.state === "live" && s.rows.length === n;
+  }, { ...T, what: `tab ${tab.name}: b1 live with ${n} cards` });
+
+/** rounds rewrites every card of b1 (800 KB of changes) until done() says so, at most MAX_ROUNDS times; returns how many it wrote. */
+async function rounds(done) {
+  for (let n = 1; n <= MAX_ROUNDS; n++) {
+    env.exec(`UPDATE cards SET title = 'round ${n} ' || id || ' ' || repeat('x', 4096) WHERE board_id = 'b1'`);
+    if (await done()) return n;
+  }
+  return MAX_ROUNDS;
+}
+
+/** current waits for bob's tab to hold every card of b1 as Postgres has it (alice's still paused), then resumes alice's and waits for both to converge. */
+async function converge({ slow, steady, cdp }) {
+  env.exec(`INSERT INTO cards (id, board_id, title) VALUES ('s-last', 'b1', 'the last card')`);
   const want = new Map(env.sql("SELECT id, title FROM cards WHERE board_id = 'b1'"));
   await waitFor(async () => {
     const s = (await steady.app("rows")).b1;
     return s.state === "live" && s.rows.length === want.size && s.rows.every((r) => want.get(r.id) === r.title);
   }, { ...T, what: "bob's tab to hold every card as Postgres has it while alice's is paused" });
-
   await cdp.send("Debugger.resume");
   await cdp.send("Debugger.disable");
   await live(slow, want.size);
   const failures = await check(env, [slow, steady], { settleMs: 60000 });
   assert.deepEqual(failures, [], failures.map((f) => `${f.kind}: ${f.message}`).join("\n"));
-  const events = (await slow.app("log")).events.filter((e) => e.type === "close" || e.type === "error").map((e) => `${e.type} ${e.code ?? ""}`);
-  console.log(`# alice's tab: desynced after ${rounds + 1} rounds (${desynced.queue_bytes} bytes queued for it); its events: ${events.join(", ") || "none (re-synced on its socket)"}`);
+  return (await slow.app("log")).events.filter((e) => e.type === "close" || e.type === "error").map((e) => `${e.type} ${e.code ?? ""}`.trim());
+}
+
+test("a paused tab is desynced, then re-synced from its cursor (or, past the write timeout, cut off and reconnected) while another user's tab stays current; both converge with Postgres", { skip: !haveChrome, timeout: 240000 }, async () => {
+  const w = await world();
+  const n = await rounds(async () => (await aliceB1())?.desyncs > w.sub.desyncs);
+  await w.paused; // it did stop (a message reached it), so it has read nothing since
+  const desynced = await aliceB1();
+  assert.ok(desynced?.desyncs > w.sub.desyncs, `alice's paused tab was never desynced after ${n} rounds of ${ROWS} cards: ${JSON.stringify(desynced)}`);
+  const events = await converge(w);
+  console.log(`# alice's tab: desynced after ${n} rounds (${desynced.queue_bytes} bytes queued for it); its events: ${events.join(", ") || "none"}`);
+});
+
+test("a paused tab whose socket stays blocked past the write timeout is cut off and, resumed, reconnects and converges; another user's tab stays current", { skip: !haveChrome, timeout: 240000 }, async () => {
+  const w = await world();
+  const n = await rounds(async () => (await aliceB1())?.desyncs > w.sub.desyncs);
+  await w.paused;
+  // A desynced subscription queues nothing more; the write the server is
+  // blocked in fails after the write timeout (default 10 s) and the
+  // connection is closed: alice then has no subscription on this node.
+  await waitFor(async () => !(await aliceB1()), { timeout: 60000, what: "the server to cut off alice's blocked connection" });
+  const events = await converge(w);
+  assert.ok(events.some((e) => e.startsWith("close")), `alice's tab saw no close: ${events}`);
+  console.log(`# alice's tab: desynced after ${n} rounds, then cut off; its events: ${events.join(", ")}`);
 });
