@@ -56,8 +56,9 @@ type Observer interface {
 	// Delivered: a live changes frame of entries entries and bytes bytes was
 	// written to a socket.
 	Delivered(entries, bytes int)
-	// Dropped: a live entry did not fit a connection's send queue; its
-	// subscription is now desynced and replays once the queue drains.
+	// Dropped: a live entry did not fit a connection's send queue (its
+	// subscription is now desynced and replays once the queue drains), or a
+	// channel message did not (it is lost to that connection).
 	Dropped()
 	// Desynced: every subscription of the node was made to resync because
 	// the tailer fell behind the retained change log.

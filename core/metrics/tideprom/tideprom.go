@@ -132,7 +132,7 @@ func New(opts Options) *Metrics {
 		deliveriesDesc:   desc("deliveries_total", "Live changes written to sockets."),
 		framesDesc:       desc("delivery_frames_total", "Live changes frames written to sockets."),
 		bytesDesc:        desc("delivered_bytes_total", "Bytes of live changes frames written to sockets."),
-		dropped:          counter("live_dropped_total", "Live changes that did not fit a connection's send queue; each desynced its subscription until a replay."),
+		dropped:          counter("live_dropped_total", "Live changes (each desynced its subscription until a replay) and channel messages that did not fit a connection's send queue."),
 		resyncs:          counter("tail_resyncs_total", "Times the tailer fell behind the retained change log and every subscription of the node resynced."),
 		tailBatches:      counter("tail_batches_total", "Batches of changes the tailer dispatched."),
 		tailChanges:      counter("tail_changes_total", "Changes the tailer dispatched."),
