@@ -29,6 +29,13 @@ const MAX_ROUNDS = 100; // a bound: 80 MB of changes at most
 // alice's subscription to b1, as the server reports it (undefined if none).
 const aliceB1 = async () => (await env.stats()).subscriptions.find((x) => x.principal === "alice" && x.scope.includes("b1"));
 
+/** live waits for tab's scope of b1 to be live with n cards. */
+const live = (tab, n) =>
+  waitFor(async () => {
+    const s = (await tab.app("rows")).b1;
+    return s.state === "live" && s.rows.length === n;
+  }, { ...T, what: `tab ${tab.name}: b1 live with ${n} cards` });
+
 /**
  * world opens alice's tab (b1 and b2, origin A) and bob's (b1, origin B) on
  * ROWS cards of b1, both live, and pauses alice's page in the debugger.
@@ -57,12 +64,6 @@ async function world() {
   return { slow, steady, cdp, paused, sub };
 }
 
-const live = (tab, n) =>
-  waitFor(async () => {
-    const s = (await tab.app("rows")).b1;
-    return s.state === "live" && s.rows.length === n;
-  }, { ...T, what: `tab ${tab.name}: b1 live with ${n} cards` });
-
 /** rounds rewrites every card of b1 (800 KB of changes) until done() says so, at most MAX_ROUNDS times; returns how many it wrote. */
 async function rounds(done) {
   for (let n = 1; n <= MAX_ROUNDS; n++) {
@@ -72,7 +73,7 @@ async function rounds(done) {
   return MAX_ROUNDS;
 }
 
-/** current waits for bob's tab to hold every card of b1 as Postgres has it (alice's still paused), then resumes alice's and waits for both to converge. */
+/** converge waits for bob's tab to hold every card of b1 as Postgres has it (alice's still paused), then resumes alice's and waits for both to converge. */
 async function converge({ slow, steady, cdp }) {
   env.exec(`INSERT INTO cards (id, board_id, title) VALUES ('s-last', 'b1', 'the last card')`);
   const want = new Map(env.sql("SELECT id, title FROM cards WHERE board_id = 'b1'"));
