@@ -58,9 +58,11 @@ func (r *recorder) Apply(ctx context.Context, b Batch) error {
 			return err
 		}
 	}
-	_ = r.mirror.Apply(ctx, b)
+	// The mirror and the record change under one lock: a test that saw
+	// the mirror change and then reads the record finds the batch there.
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	_ = r.mirror.Apply(ctx, b)
 	b.Entries = slices.Clone(b.Entries)
 	r.batches = append(r.batches, b)
 	close(r.changed)

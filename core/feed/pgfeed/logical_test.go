@@ -318,12 +318,14 @@ func TestLogicalBatchesSurviveCrash(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var failed [2]atomic.Bool // before the commit, after it
+			afterCommit := make(chan struct{})
 			fault := func(stage string, changes int) error {
 				switch {
 				case changes == 0:
 				case stage == "commit" && failed[0].CompareAndSwap(false, true):
 					return errors.New("fault before the batch's commit")
 				case stage == "committed" && failed[0].Load() && failed[1].CompareAndSwap(false, true):
+					close(afterCommit)
 					return errors.New("fault after the batch's commit")
 				}
 				return nil
@@ -337,7 +339,12 @@ func TestLogicalBatchesSurviveCrash(t *testing.T) {
 			insertConcurrently(ctx, t, pool, writers, each, "INSERT INTO feedtest_items (id, tenant, grp, title, n, done) VALUES ($1, 't1', 1, 'x', 0, false)",
 				func(w, i int) string { return fmt.Sprintf("w%d-%02d", w, i) })
 			head(t, f)
-			if !failed[0].Load() || !failed[1].Load() {
+			// Head passes once the retried batch's commit is visible, which
+			// can be before the sequencer, back from its commit, calls the
+			// fault: wait for it.
+			select {
+			case <-afterCommit:
+			case <-ctx.Done():
 				t.Fatalf("the faults did not both fire (before the commit %v, after it %v)", failed[0].Load(), failed[1].Load())
 			}
 			// The batch failed after its commit is logged: head may pass
