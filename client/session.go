@@ -674,14 +674,22 @@ func (s *session) refreshToken(f protocol.ServerFrame) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer func() {
+		// done ends the refresh, recording the token sent if any. It runs
+		// before EventTokenRefreshed is emitted, so a refresh-token that
+		// arrives after the event never finds this refresh under way and
+		// is never ignored.
+		done := func(sent string) {
 			s.tokMu.Lock()
+			if sent != "" {
+				s.lastToken = sent
+			}
 			s.refreshing = false
 			s.tokMu.Unlock()
-		}()
+		}
 		for attempt := 0; ; attempt++ {
 			tok, err := c.cfg.Token(s.ctx)
 			if s.ctx.Err() != nil {
+				done("")
 				return
 			}
 			s.tokMu.Lock()
@@ -692,11 +700,10 @@ func (s *session) refreshToken(f protocol.ServerFrame) {
 			}
 			if err == nil {
 				if err := s.write(protocol.ClientFrame{V: protocol.Version, Type: protocol.FrameRefresh, Token: tok}); err != nil {
+					done("")
 					return
 				}
-				s.tokMu.Lock()
-				s.lastToken = tok
-				s.tokMu.Unlock()
+				done(tok)
 				c.emit(Event{Kind: EventTokenRefreshed})
 				return
 			}
@@ -704,6 +711,7 @@ func (s *session) refreshToken(f protocol.ServerFrame) {
 			c.log.Warn("tide client: token refresh failed; retrying", "err", err, "delay", d)
 			c.emit(Event{Kind: EventTokenError, Err: err, Attempt: attempt, Delay: d})
 			if !backoff.Sleep(s.ctx, d) {
+				done("")
 				return
 			}
 		}
