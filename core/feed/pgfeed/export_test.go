@@ -36,6 +36,11 @@ func LogicalFault(opts Options, fault func(stage string, changes int) error, rew
 	return opts
 }
 
+// Doorbell returns the channel that the feed's next wake-up closes: a
+// notification, or a step of its own sequencer, which rings once it has
+// counted the step in Stats.
+func (f *Feed) Doorbell() (<-chan struct{}, error) { return f.doorbell() }
+
 // OrderedRead is what Replay runs before its statement, in the same
 // transaction.
 const OrderedRead = orderedRead
